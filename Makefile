@@ -1,0 +1,36 @@
+# make run  - set up .venv, fetch IMDB, run the jobs end to end
+# make test - set up .venv, run the test suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# The registry files, as CI and tests find them; elsewhere they are downloaded
+# into data/cache once.
+SHARED_DATASETS := $(abspath ../shared/datasets)
+DATASET_CACHE ?= $(if $(wildcard $(SHARED_DATASETS)/SHA256SUMS),$(SHARED_DATASETS),$(abspath data/cache))
+DATA := data
+OUT := out
+
+.PHONY: install run test bench clean
+
+$(VENV)/.installed: setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	mkdir -p $(DATASET_CACHE)
+	$(PY) -m pipeline.datasets fetch imdb --dest $(DATA) --cache $(DATASET_CACHE)
+	$(PY) -m pipeline.preprocess --input=$(DATA)/aclImdb \
+	    --output_dir=$(OUT)/imdb/preprocessed
+
+test: install
+	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests
+
+bench: install
+	DATASET_CACHE=$(DATASET_CACHE) $(PY) bench/preprocess.py
+
+clean:
+	rm -rf $(OUT) build dist *.egg-info

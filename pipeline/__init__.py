@@ -1,0 +1,1 @@
+"""Beam jobs of beam-text-classifier: preprocess (and, later, score)."""

