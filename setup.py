@@ -13,6 +13,10 @@ REQUIRED = [
     'tensorflow-transform==1.21.0',
     'tfx-bsl==1.21.0',
     'pyarrow==25.0.1',
+    # The trainer: TensorBoard logs (TF no longer ships TensorBoard) and the
+    # report's PNG plots.
+    'tensorboard==2.21.0',
+    'matplotlib==3.11.2',
 ]
 
 setuptools.setup(

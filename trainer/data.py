@@ -1,0 +1,92 @@
+"""The preprocessing job's output, as the trainer needs it."""
+import dataclasses
+import json
+import posixpath
+from typing import Dict, List
+
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from schemas import raw
+from schemas import transformed
+
+
+@dataclasses.dataclass
+class PreprocessedData:
+  """Everything the trainer learns from a preprocessing output folder."""
+  data_dir: str
+  tft_output: tft.TFTransformOutput
+  params: Dict
+  stats: Dict
+  label_names: List[str]
+  vocab_size: int
+  max_len: int
+
+  @classmethod
+  def load(cls, data_dir: str) -> 'PreprocessedData':
+    tft_output = tft.TFTransformOutput(data_dir)
+    with tf.io.gfile.GFile(posixpath.join(data_dir,
+                                          transformed.PARAMS_FILE)) as handle:
+      params = json.load(handle)
+    with tf.io.gfile.GFile(posixpath.join(data_dir,
+                                          transformed.STATS_FILE)) as handle:
+      stats = json.load(handle)
+    label_names = [name.decode('utf-8') for name in
+                   tft_output.vocabulary_by_name(transformed.LABEL_VOCABULARY)]
+    return cls(
+        data_dir=data_dir, tft_output=tft_output, params=params, stats=stats,
+        label_names=label_names,
+        vocab_size=(tft_output.vocabulary_size_by_name(
+            transformed.TOKEN_VOCABULARY) + transformed.NUM_RESERVED_IDS),
+        max_len=params['transform']['max_len'])
+
+  def files(self, split: str) -> List[str]:
+    pattern = (transformed.TRAIN_PATTERN if split == raw.TRAIN
+               else transformed.EVAL_PATTERN)
+    return sorted(tf.io.gfile.glob(posixpath.join(self.data_dir, pattern)))
+
+  def feature_spec(self, split: str, names=None) -> Dict:
+    spec = self.tft_output.transformed_feature_spec()
+    if split == raw.TRAIN:
+      for name in transformed.EVAL_ONLY:
+        spec.pop(name, None)
+    if names is not None:
+      spec = {name: spec[name] for name in names}
+    return spec
+
+  def num_examples(self, split: str) -> int:
+    return self.stats['records']['written'][split]
+
+
+def dataset(data: PreprocessedData, split: str, batch_size: int,
+            shuffle: bool = False, seed: int = None,
+            features=(transformed.TOKEN_IDS,), with_labels: bool = True,
+            cache: bool = True) -> tf.data.Dataset:
+  """Batches of (features, label_id) from one split's gzip TFRecords.
+
+  ``cache`` keeps the parsed split in memory after the first pass; a split
+  of 25,000 reviews of 200 ids is 40 MB.
+  """
+  files = data.files(split)
+  if not files:
+    raise FileNotFoundError(f'no {split} files in {data.data_dir}')
+  spec = data.feature_spec(split, list(features) + [transformed.LABEL_ID])
+  records = tf.data.Dataset.from_tensor_slices(files).interleave(
+      lambda path: tf.data.TFRecordDataset(path, compression_type='GZIP'),
+      cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True)
+  parsed = records.batch(1024).map(
+      lambda batch: tf.io.parse_example(batch, spec),
+      num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+  if cache:
+    parsed = parsed.cache()
+  if shuffle:
+    parsed = parsed.shuffle(min(data.num_examples(split), 50000), seed=seed,
+                            reshuffle_each_iteration=True)
+
+  def split_label(example):
+    label = example.pop(transformed.LABEL_ID)
+    inputs = example[features[0]] if len(features) == 1 else example
+    return (inputs, label) if with_labels else inputs
+
+  return parsed.map(split_label).batch(batch_size).prefetch(tf.data.AUTOTUNE)

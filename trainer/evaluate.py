@@ -1,0 +1,175 @@
+"""Evaluation of the exported raw-text model on the eval split, and a report.
+
+What is reported is what is served: the eval split's raw text goes through
+the export's signature, not through the Keras model in memory.
+"""
+import csv
+import json
+import posixpath
+from typing import Dict, List
+
+import matplotlib
+matplotlib.use('Agg')  # files only, no display
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+import tensorflow as tf  # pylint: disable=wrong-import-position
+
+from schemas import raw  # pylint: disable=wrong-import-position
+from schemas import transformed  # pylint: disable=wrong-import-position
+from trainer import data as data_lib  # pylint: disable=wrong-import-position
+from trainer import export  # pylint: disable=wrong-import-position
+
+METRICS_FILE = 'metrics.json'
+REPORT_FILE = 'report.md'
+HISTORY_FILE = 'history.csv'
+HISTORY_PLOT = 'training_curves.png'
+CONFUSION_PLOT = 'confusion_matrix.png'
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+  """Area under the ROC curve: P(score of a positive > score of a negative)."""
+  order = np.argsort(scores, kind='mergesort')
+  ranks = np.empty(len(scores))
+  sorted_scores = scores[order]
+  # Average ranks over ties.
+  _, first, counts = np.unique(sorted_scores, return_index=True,
+                               return_counts=True)
+  average = first + (counts - 1) / 2.0 + 1
+  ranks[order] = np.repeat(average, counts)
+  positives = labels.astype(bool)
+  n_pos, n_neg = positives.sum(), (~positives).sum()
+  if not n_pos or not n_neg:
+    return float('nan')
+  return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) /
+               (n_pos * n_neg))
+
+
+def classification_metrics(labels: np.ndarray, probabilities: np.ndarray,
+                           label_names: List[str]) -> Dict:
+  """Accuracy, per-class P/R/F1, macro F1, confusion matrix (and AUC if 2)."""
+  num_classes = len(label_names)
+  predictions = probabilities.argmax(axis=1)
+  confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
+  np.add.at(confusion, (labels, predictions), 1)
+  per_class = {}
+  for index, name in enumerate(label_names):
+    true_positive = confusion[index, index]
+    predicted = confusion[:, index].sum()
+    actual = confusion[index, :].sum()
+    precision = true_positive / predicted if predicted else 0.0
+    recall = true_positive / actual if actual else 0.0
+    f1 = (2 * precision * recall / (precision + recall)
+          if precision + recall else 0.0)
+    per_class[name] = {'precision': float(precision), 'recall': float(recall),
+                       'f1': float(f1), 'support': int(actual)}
+  metrics = {
+      'examples': int(len(labels)),
+      'accuracy': float((predictions == labels).mean()) if len(labels) else 0.0,
+      'macro_f1': float(np.mean([c['f1'] for c in per_class.values()])),
+      'per_class': per_class,
+      'confusion_matrix': {'labels': label_names,
+                           'rows_true_columns_predicted': confusion.tolist()},
+  }
+  if num_classes == 2:
+    # The second label is the "positive" one for the AUC.
+    metrics['roc_auc'] = roc_auc(labels == 1, probabilities[:, 1])
+  return metrics
+
+
+def predict_eval_split(export_dir: str, data: data_lib.PreprocessedData,
+                       batch_size: int = 256):
+  """(true label ids, probabilities) of the export over the eval split."""
+  signature, _ = export.load(export_dir)
+  labels, probabilities = [], []
+  for text, label in data_lib.dataset(
+      data, raw.EVAL, batch_size, features=(transformed.TEXT,), cache=False):
+    probabilities.append(signature(text=text)[export.PROBABILITIES].numpy())
+    labels.append(label.numpy())
+  return np.concatenate(labels), np.concatenate(probabilities)
+
+
+def _plot_history(history_path: str, out_path: str) -> bool:
+  if not tf.io.gfile.exists(history_path):
+    return False
+  with tf.io.gfile.GFile(history_path) as handle:
+    rows = list(csv.DictReader(handle))
+  if not rows:
+    return False
+  epochs = [int(r['epoch']) + 1 for r in rows]
+  figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(10, 4))
+  for axes, metric in ((loss_axes, 'loss'), (accuracy_axes, 'accuracy')):
+    axes.plot(epochs, [float(r[metric]) for r in rows], 'o-', label='train')
+    if f'val_{metric}' in rows[0]:
+      axes.plot(epochs, [float(r[f'val_{metric}']) for r in rows], 'o-',
+                label='eval')
+    axes.set_xlabel('epoch')
+    axes.set_title(metric)
+    axes.grid(alpha=0.3)
+    axes.legend()
+  figure.tight_layout()
+  _save(figure, out_path)
+  return True
+
+
+def _plot_confusion(metrics: Dict, out_path: str) -> None:
+  names = metrics['confusion_matrix']['labels']
+  matrix = np.array(metrics['confusion_matrix']['rows_true_columns_predicted'])
+  size = max(3.5, 0.6 * len(names) + 2)
+  figure, axes = plt.subplots(figsize=(size, size))
+  axes.imshow(matrix, cmap='Blues')
+  axes.set_xticks(range(len(names)), names, rotation=45, ha='right')
+  axes.set_yticks(range(len(names)), names)
+  axes.set_xlabel('predicted')
+  axes.set_ylabel('true')
+  for (row, column), count in np.ndenumerate(matrix):
+    axes.text(column, row, str(count), ha='center', va='center',
+              color='white' if count > matrix.max() / 2 else 'black')
+  axes.set_title(f'accuracy {metrics["accuracy"]:.2%}')
+  figure.tight_layout()
+  _save(figure, out_path)
+
+
+def _save(figure, path: str) -> None:
+  with tf.io.gfile.GFile(path, 'wb') as handle:
+    figure.savefig(handle, format='png', dpi=100)
+  plt.close(figure)
+
+
+def write_report(model_dir: str, metrics: Dict, metadata: Dict) -> None:
+  """metrics.json, the PNG plots and report.md in ``model_dir``."""
+  with tf.io.gfile.GFile(posixpath.join(model_dir, METRICS_FILE), 'w') as out:
+    json.dump(metrics, out, indent=2, sort_keys=True)
+  has_history = _plot_history(posixpath.join(model_dir, HISTORY_FILE),
+                              posixpath.join(model_dir, HISTORY_PLOT))
+  _plot_confusion(metrics, posixpath.join(model_dir, CONFUSION_PLOT))
+  lines = [
+      '# Evaluation report', '',
+      f'Export version {metadata["version"]}, evaluated through its raw-text '
+      f'signature on {metrics["examples"]} eval examples.', '',
+      f'- accuracy: **{metrics["accuracy"]:.4f}**',
+      f'- macro F1: {metrics["macro_f1"]:.4f}',
+  ]
+  if 'roc_auc' in metrics:
+    lines.append(f'- ROC AUC: {metrics["roc_auc"]:.4f}')
+  lines += ['', '| class | precision | recall | F1 | support |',
+            '| --- | ---: | ---: | ---: | ---: |']
+  for name, row in metrics['per_class'].items():
+    lines.append(f'| {name} | {row["precision"]:.4f} | {row["recall"]:.4f} | '
+                 f'{row["f1"]:.4f} | {row["support"]} |')
+  lines += ['', f'![confusion matrix]({CONFUSION_PLOT})']
+  if has_history:
+    lines += ['', f'![loss and accuracy per epoch]({HISTORY_PLOT})']
+  lines += ['', '## Training parameters', '', '```json',
+            json.dumps(metadata.get('training', {}), indent=2, sort_keys=True),
+            '```', '']
+  with tf.io.gfile.GFile(posixpath.join(model_dir, REPORT_FILE), 'w') as out:
+    out.write('\n'.join(lines))
+
+
+def evaluate(export_dir: str, data: data_lib.PreprocessedData,
+             model_dir: str) -> Dict:
+  labels, probabilities = predict_eval_split(export_dir, data)
+  metrics = classification_metrics(labels, probabilities, data.label_names)
+  _, metadata = export.load(export_dir)
+  write_report(model_dir, metrics, metadata)
+  return metrics

@@ -1,0 +1,111 @@
+"""The exported model: raw text in, label and probabilities out.
+
+A SavedModel in TF Serving's layout, ``<model_dir>/export/<version>/``, whose
+``serving_default`` signature takes a batch of raw strings. The TFT transform
+graph is inside it, so serving tokenizes exactly as training did and the
+export keeps working after the preprocessing output is deleted. Metadata
+(version, label names, parameters, data stats) is saved beside the graph in
+``assets.extra/metadata.json``.
+"""
+import json
+import posixpath
+import time
+from typing import Dict, List, Tuple
+
+import tensorflow as tf
+
+from schemas import raw
+from schemas import transformed
+
+SIGNATURE = 'serving_default'
+EXPORT_DIR = 'export'
+METADATA_FILE = posixpath.join('assets.extra', 'metadata.json')
+
+# The signature's outputs.
+LABEL = 'label'
+LABEL_ID = 'label_id'
+CONFIDENCE = 'confidence'
+PROBABILITIES = 'probabilities'
+
+
+class ExportError(Exception):
+  """No usable export where one was expected."""
+
+
+class RawTextClassifier(tf.Module):
+  """The transform graph and the Keras model, behind one raw-text signature."""
+
+  def __init__(self, model, tft_output, label_names: List[str]):
+    super().__init__()
+    self.model = model
+    self.transform_layer = tft_output.transform_features_layer()
+    self.label_names = tf.constant(label_names)
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name='text')])
+  def classify(self, text):
+    # Only the text is fed: TFT computes just the features that need no
+    # label or id.
+    features = self.transform_layer({raw.TEXT: text})
+    probabilities = self.model(features[transformed.TOKEN_IDS],
+                               training=False)
+    label_id = tf.argmax(probabilities, axis=-1)
+    return {
+        LABEL: tf.gather(self.label_names, label_id),
+        LABEL_ID: label_id,
+        CONFIDENCE: tf.reduce_max(probabilities, axis=-1),
+        PROBABILITIES: probabilities,
+    }
+
+
+def export(model, tft_output, label_names: List[str], model_dir: str,
+           metadata: Dict) -> str:
+  """Saves a new export version; returns its folder.
+
+  The version is written under a temporary name and renamed into place, so
+  a server polling ``export/`` never loads a half-written version.
+  """
+  version = int(time.time())
+  export_root = posixpath.join(model_dir, EXPORT_DIR)
+  while tf.io.gfile.exists(posixpath.join(export_root, str(version))):
+    version += 1
+  final = posixpath.join(export_root, str(version))
+  staging = posixpath.join(export_root, f'.tmp-{version}')
+  module = RawTextClassifier(model, tft_output, label_names)
+  tf.saved_model.save(module, staging,
+                      signatures={SIGNATURE: module.classify})
+  metadata = {**metadata, 'version': version, 'label_names': label_names}
+  tf.io.gfile.makedirs(posixpath.join(staging, 'assets.extra'))
+  with tf.io.gfile.GFile(posixpath.join(staging, METADATA_FILE), 'w') as out:
+    json.dump(metadata, out, indent=2, sort_keys=True)
+  tf.io.gfile.rename(staging, final)
+  return final
+
+
+def resolve(model_dir: str) -> str:
+  """The export folder: ``model_dir`` itself, or its newest version."""
+  if tf.io.gfile.exists(posixpath.join(model_dir, 'saved_model.pb')):
+    return model_dir
+  root = posixpath.join(model_dir, EXPORT_DIR)
+  versions = sorted(
+      (int(name.rstrip('/')) for name in (
+          tf.io.gfile.listdir(root) if tf.io.gfile.isdir(root) else [])
+       if name.rstrip('/').isdigit()))
+  if not versions:
+    raise ExportError(f'no exported model in {model_dir} (expected '
+                      f'saved_model.pb or {EXPORT_DIR}/<version>/)')
+  return posixpath.join(root, str(versions[-1]))
+
+
+def load(model_dir: str) -> Tuple[object, Dict]:
+  """The serving signature and metadata of the export ``model_dir`` names."""
+  path = resolve(model_dir)
+  try:
+    loaded = tf.saved_model.load(path)
+    with tf.io.gfile.GFile(posixpath.join(path, METADATA_FILE)) as handle:
+      metadata = json.load(handle)
+  except Exception as error:  # pylint: disable=broad-except
+    raise ExportError(f'cannot load the model in {path}: {error}') from error
+  signature = loaded.signatures[SIGNATURE]
+  # Keep the loaded object alive as long as its signature is used.
+  signature.loaded_object = loaded
+  return signature, metadata

@@ -1,0 +1,183 @@
+"""The transformer classifier, built from small named Keras layers.
+
+The family of the keras.io "Text classification with Transformer" example:
+token + position embedding, transformer blocks (multi-head self-attention and
+a feed-forward network, each with dropout, a residual connection and layer
+normalization), pooling, Dense(20, relu) with dropout, softmax. Unlike the
+example, padding is masked: attention never looks at padded positions and
+pooling ignores them, so a document's prediction does not depend on how much
+padding follows it.
+
+Keras 3 (``import keras``) throughout: tensorflow-transform switches
+``tf.keras`` to Keras 2 in any process that imports it.
+"""
+import dataclasses
+
+import keras
+from keras import layers
+from keras import ops
+import numpy as np
+
+from schemas import transformed
+
+_PACKAGE = 'beam_text_classifier'
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParams:
+  """Hyperparameters; the defaults reproduce the keras.io model."""
+  embed_dim: int = 32
+  num_heads: int = 2
+  ff_dim: int = 32
+  num_layers: int = 1
+  dropout: float = 0.1
+  pooling: str = 'mean'           # mean | max
+  positions: str = 'learned'      # learned | sinusoidal
+  head_units: int = 20
+
+  def __post_init__(self):
+    if self.pooling not in ('mean', 'max'):
+      raise ValueError(f'pooling must be mean or max, not {self.pooling!r}')
+    if self.positions not in ('learned', 'sinusoidal'):
+      raise ValueError(
+          f'positions must be learned or sinusoidal, not {self.positions!r}')
+    if self.embed_dim % self.num_heads:
+      raise ValueError('embed_dim must be a multiple of num_heads')
+
+
+def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
+  """The fixed position encodings of "Attention is all you need"."""
+  positions = np.arange(length)[:, None]
+  rates = 1.0 / np.power(10000.0, (2 * (np.arange(dim) // 2)) / dim)
+  angles = positions * rates[None, :]
+  angles[:, 0::2] = np.sin(angles[:, 0::2])
+  angles[:, 1::2] = np.cos(angles[:, 1::2])
+  return angles.astype('float32')
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TokenAndPositionEmbedding(layers.Layer):
+  """Token embedding plus a learned or sinusoidal position embedding."""
+
+  def __init__(self, max_len, vocab_size, embed_dim, positions='learned',
+               **kwargs):
+    super().__init__(**kwargs)
+    self.max_len = max_len
+    self.vocab_size = vocab_size
+    self.embed_dim = embed_dim
+    self.positions = positions
+    self.token_embedding = layers.Embedding(vocab_size, embed_dim,
+                                            name='tokens')
+    if positions == 'learned':
+      self.position_embedding = layers.Embedding(max_len, embed_dim,
+                                                 name='positions')
+    else:
+      self.position_table = sinusoidal_positions(max_len, embed_dim)
+
+  def call(self, token_ids):
+    length = ops.shape(token_ids)[-1]
+    if self.positions == 'learned':
+      position_vectors = self.position_embedding(ops.arange(length))
+    else:
+      position_vectors = ops.convert_to_tensor(self.position_table)[:length]
+    return self.token_embedding(token_ids) + position_vectors
+
+  def compute_mask(self, token_ids, mask=None):
+    return ops.not_equal(token_ids, transformed.PAD_ID)
+
+  def get_config(self):
+    return {**super().get_config(), 'max_len': self.max_len,
+            'vocab_size': self.vocab_size, 'embed_dim': self.embed_dim,
+            'positions': self.positions}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TransformerBlock(layers.Layer):
+  """Self-attention and feed-forward sublayers, each residual + layer norm."""
+
+  def __init__(self, embed_dim, num_heads, ff_dim, dropout=0.1, **kwargs):
+    super().__init__(**kwargs)
+    self.embed_dim = embed_dim
+    self.num_heads = num_heads
+    self.ff_dim = ff_dim
+    self.dropout = dropout
+    self.attention = layers.MultiHeadAttention(
+        num_heads=num_heads, key_dim=embed_dim // num_heads, name='attention')
+    self.feed_forward = keras.Sequential(
+        [layers.Dense(ff_dim, activation='relu'), layers.Dense(embed_dim)],
+        name='feed_forward')
+    self.attention_norm = layers.LayerNormalization(epsilon=1e-6)
+    self.feed_forward_norm = layers.LayerNormalization(epsilon=1e-6)
+    self.attention_dropout = layers.Dropout(dropout)
+    self.feed_forward_dropout = layers.Dropout(dropout)
+    self.supports_masking = True
+
+  def call(self, inputs, mask=None, training=False):
+    attention_mask = None
+    if mask is not None:
+      # [batch, query, key]: every query may attend to the real tokens only.
+      attention_mask = ops.logical_and(mask[:, :, None], mask[:, None, :])
+    attended = self.attention(inputs, inputs, attention_mask=attention_mask,
+                              training=training)
+    hidden = self.attention_norm(
+        inputs + self.attention_dropout(attended, training=training))
+    fed = self.feed_forward(hidden, training=training)
+    return self.feed_forward_norm(
+        hidden + self.feed_forward_dropout(fed, training=training))
+
+  def compute_mask(self, inputs, mask=None):
+    return mask
+
+  def get_config(self):
+    return {**super().get_config(), 'embed_dim': self.embed_dim,
+            'num_heads': self.num_heads, 'ff_dim': self.ff_dim,
+            'dropout': self.dropout}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class MaskedPooling(layers.Layer):
+  """Mean or max over the sequence, ignoring masked (padded) positions."""
+
+  def __init__(self, mode='mean', **kwargs):
+    super().__init__(**kwargs)
+    self.mode = mode
+    self.supports_masking = True
+
+  def call(self, inputs, mask=None):
+    if mask is None:
+      mask = ops.ones(ops.shape(inputs)[:2], dtype='bool')
+    weights = ops.cast(mask, inputs.dtype)[:, :, None]
+    if self.mode == 'max':
+      lowest = ops.convert_to_tensor(-1e9, inputs.dtype)
+      pooled = ops.max(ops.where(weights > 0, inputs, lowest), axis=1)
+      # An all-padding document pools to zeros, not to -1e9.
+      return ops.where(ops.sum(weights, axis=1) > 0, pooled, 0.0)
+    total = ops.sum(inputs * weights, axis=1)
+    return total / ops.maximum(ops.sum(weights, axis=1), 1.0)
+
+  def compute_mask(self, inputs, mask=None):
+    return None
+
+  def get_config(self):
+    return {**super().get_config(), 'mode': self.mode}
+
+
+def build_model(vocab_size: int, max_len: int, num_classes: int,
+                params: ModelParams) -> keras.Model:
+  """The classifier: token ids [batch, max_len] -> class probabilities."""
+  token_ids = keras.Input(shape=(max_len,), dtype='int64',
+                          name=transformed.TOKEN_IDS)
+  hidden = TokenAndPositionEmbedding(max_len, vocab_size, params.embed_dim,
+                                     params.positions,
+                                     name='embedding')(token_ids)
+  for index in range(params.num_layers):
+    hidden = TransformerBlock(params.embed_dim, params.num_heads,
+                              params.ff_dim, params.dropout,
+                              name=f'transformer_{index}')(hidden)
+  pooled = MaskedPooling(params.pooling, name='pooling')(hidden)
+  pooled = layers.Dropout(params.dropout, name='pooled_dropout')(pooled)
+  head = layers.Dense(params.head_units, activation='relu', name='head')(pooled)
+  head = layers.Dropout(params.dropout, name='head_dropout')(head)
+  probabilities = layers.Dense(num_classes, activation='softmax',
+                               name='probabilities')(head)
+  return keras.Model(token_ids, probabilities, name='transformer_classifier')

@@ -1,0 +1,160 @@
+"""The trainer: transformer classifier from the preprocessing job's TFRecords.
+
+    python -m trainer.train --data_dir=PREPROCESS_OUTPUT --model_dir=DIR
+        [--epochs=2] [--batch_size=32] [--learning_rate=1e-3] [--embed_dim=32]
+        [--num_heads=2] [--ff_dim=32] [--num_layers=1] [--dropout=0.1]
+        [--pooling=mean|max] [--positions=learned|sinusoidal] [--seed=42] ...
+
+Vocabulary size, number of classes and sequence length come from the
+preprocessing output. Trains with Adam(W) and sparse categorical
+cross-entropy, evaluates on the eval split every epoch, stops early with the
+best weights restored, exports a raw-text SavedModel and evaluates that
+export into metrics.json and a report with plots.
+"""
+import argparse
+import dataclasses
+import logging
+import posixpath
+import time
+
+import keras
+import tensorflow as tf
+
+from pipeline import jobs
+from schemas import raw
+from trainer import data as data_lib
+from trainer import evaluate
+from trainer import export
+from trainer import model as model_lib
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--data_dir', required=True,
+                      help='Output folder of pipeline.preprocess.')
+  parser.add_argument('--model_dir', required=True)
+  parser.add_argument('--epochs', type=int, default=2)
+  parser.add_argument('--batch_size', type=int, default=32)
+  parser.add_argument('--learning_rate', type=float, default=1e-3)
+  parser.add_argument('--warmup_fraction', type=float, default=0.0,
+                      help='Share of the steps with a linear warm-up; with '
+                      '--decay, the rate then follows a cosine to zero.')
+  parser.add_argument('--decay', action='store_true',
+                      help='Cosine decay of the learning rate to zero.')
+  parser.add_argument('--weight_decay', type=float, default=0.0,
+                      help='Decoupled weight decay (AdamW) when > 0.')
+  parser.add_argument('--clipnorm', type=float, default=None,
+                      help='Clip each gradient to this norm.')
+  parser.add_argument('--patience', type=int, default=2,
+                      help='Epochs without eval-loss improvement before '
+                      'stopping; the best weights are restored.')
+  parser.add_argument('--seed', type=int, default=42)
+  defaults = model_lib.ModelParams()
+  for field in dataclasses.fields(model_lib.ModelParams):
+    if field.name in ('pooling', 'positions'):
+      continue
+    parser.add_argument(f'--{field.name}', type=type(field.default),
+                        default=field.default)
+  parser.add_argument('--pooling', choices=('mean', 'max'),
+                      default=defaults.pooling)
+  parser.add_argument('--positions', choices=('learned', 'sinusoidal'),
+                      default=defaults.positions)
+  return parser.parse_args(argv)
+
+
+def model_params(args) -> model_lib.ModelParams:
+  return model_lib.ModelParams(**{
+      field.name: getattr(args, field.name)
+      for field in dataclasses.fields(model_lib.ModelParams)})
+
+
+def learning_rate(args, steps: int):
+  if not args.decay and not args.warmup_fraction:
+    return args.learning_rate
+  warmup = int(steps * args.warmup_fraction)
+  return keras.optimizers.schedules.CosineDecay(
+      initial_learning_rate=0.0 if warmup else args.learning_rate,
+      decay_steps=max(steps - warmup, 1) if args.decay else 10**12,
+      warmup_target=args.learning_rate if warmup else None,
+      warmup_steps=warmup)
+
+
+def optimizer(args, steps: int):
+  options = dict(learning_rate=learning_rate(args, steps),
+                 clipnorm=args.clipnorm)
+  if args.weight_decay > 0:
+    return keras.optimizers.AdamW(weight_decay=args.weight_decay, **options)
+  return keras.optimizers.Adam(**options)
+
+
+def callbacks(args, model_dir: str):
+  return [
+      keras.callbacks.EarlyStopping(monitor='val_loss', patience=args.patience,
+                                    restore_best_weights=True, verbose=1),
+      keras.callbacks.ModelCheckpoint(
+          posixpath.join(model_dir, 'checkpoints', 'best.weights.h5'),
+          monitor='val_loss', save_best_only=True, save_weights_only=True),
+      keras.callbacks.TensorBoard(posixpath.join(model_dir, 'logs')),
+      keras.callbacks.CSVLogger(posixpath.join(model_dir,
+                                               evaluate.HISTORY_FILE)),
+  ]
+
+
+def train(args, params: model_lib.ModelParams,
+          data: data_lib.PreprocessedData):
+  """Fits the model; returns (model, history dict, training seconds)."""
+  keras.utils.set_random_seed(args.seed)
+  model = model_lib.build_model(data.vocab_size, data.max_len,
+                                len(data.label_names), params)
+  steps = -(-data.num_examples(raw.TRAIN) // args.batch_size) * args.epochs
+  model.compile(optimizer=optimizer(args, steps),
+                loss=keras.losses.SparseCategoricalCrossentropy(),
+                metrics=['accuracy'])
+  model.summary(print_fn=logging.info)
+  train_data = data_lib.dataset(data, raw.TRAIN, args.batch_size,
+                                shuffle=True, seed=args.seed)
+  eval_data = data_lib.dataset(data, raw.EVAL, args.batch_size)
+  started = time.time()
+  history = model.fit(train_data, validation_data=eval_data,
+                      epochs=args.epochs,
+                      callbacks=callbacks(args, args.model_dir),
+                      verbose='auto')
+  return model, history.history, time.time() - started
+
+
+def run(argv=None):
+  args = parse_args(argv)
+  started = time.time()
+  try:
+    data = data_lib.PreprocessedData.load(args.data_dir)
+  except (tf.errors.NotFoundError, FileNotFoundError, KeyError) as error:
+    raise jobs.JobError(
+        f'{args.data_dir} is not a preprocessing output: {error}') from error
+  try:
+    params = model_params(args)
+  except ValueError as error:
+    raise jobs.JobError(str(error)) from error
+  tf.io.gfile.makedirs(args.model_dir)
+  model, history, seconds = train(args, params, data)
+  export_dir = export.export(model, data.tft_output, data.label_names,
+                             args.model_dir, {
+                                 'training': {
+                                     **vars(args),
+                                     'epochs_run': len(history['loss']),
+                                     'training_seconds': round(seconds, 1),
+                                 },
+                                 'preprocessing': data.params,
+                                 'data_stats': data.stats,
+                             })
+  metrics = evaluate.evaluate(export_dir, data, args.model_dir)
+  logging.info(
+      'train: %d epochs in %.0f s (total %.0f s); eval accuracy %.4f, macro '
+      'F1 %.4f on %d examples; export %s; report %s', len(history['loss']),
+      seconds, time.time() - started, metrics['accuracy'],
+      metrics['macro_f1'], metrics['examples'], export_dir,
+      posixpath.join(args.model_dir, evaluate.REPORT_FILE))
+  return metrics, export_dir
+
+
+if __name__ == '__main__':
+  jobs.main(run)
