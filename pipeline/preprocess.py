@@ -69,6 +69,10 @@ def parse_args(argv):
   parser.add_argument('--max_len', type=int, default=defaults.max_len)
   parser.add_argument('--max_token_chars', type=int,
                       default=defaults.max_token_chars)
+  parser.add_argument('--truncation', choices=transform.TRUNCATIONS,
+                      default=defaults.truncation,
+                      help='Tokens kept from a document longer than max_len: '
+                      'the first, the last, or half of each.')
   return parser.parse_known_args(argv)
 
 
@@ -357,7 +361,8 @@ def run(argv=None):
         split_field=args.split_field)
     params = transform.TransformParams(
         vocab_size=args.vocab_size, min_frequency=args.min_frequency,
-        max_len=args.max_len, max_token_chars=args.max_token_chars)
+        max_len=args.max_len, max_token_chars=args.max_token_chars,
+        truncation=args.truncation)
   except (readers.ReaderError, ValueError) as error:
     raise jobs.JobError(str(error)) from error
   if not 0.0 <= args.eval_fraction < 1.0:

@@ -17,6 +17,26 @@ _HTML_TAG = r'<[^<>]{0,200}>'
 _PUNCTUATION = r'([\p{P}\p{S}])'
 
 
+TRUNCATIONS = ('head', 'tail', 'head_tail')
+
+
+def truncate(tokens: tf.RaggedTensor, max_len: int,
+             truncation: str) -> tf.RaggedTensor:
+  """At most max_len tokens a row: the first, the last, or half of each.
+
+  Reviews and emails often conclude at the end; keeping the start and the end
+  of a long document keeps both its topic and its verdict.
+  """
+  if truncation == 'head':
+    return tokens[:, :max_len]
+  positions = tf.ragged.range(tokens.row_lengths())
+  lengths = tf.expand_dims(tokens.row_lengths(), 1)
+  head = max_len // 2 if truncation == 'head_tail' else 0
+  # Short rows satisfy one side or the other at every position.
+  keep = (positions < head) | (positions >= lengths - (max_len - head))
+  return tf.ragged.boolean_mask(tokens, keep)
+
+
 @dataclasses.dataclass(frozen=True)
 class TransformParams:
   """Parameters of the transform graph, saved beside it for the later jobs."""
@@ -24,6 +44,7 @@ class TransformParams:
   min_frequency: int = 1        # tokens seen fewer times in train become OOV
   max_len: int = 200            # tokens kept per document
   max_token_chars: int = 50     # longer tokens are cut to this many characters
+  truncation: str = 'head_tail'  # which tokens of a long document to keep
 
   def __post_init__(self):
     if self.vocab_size <= transformed.NUM_RESERVED_IDS:
@@ -31,6 +52,8 @@ class TransformParams:
           f'vocab_size must exceed {transformed.NUM_RESERVED_IDS} reserved ids')
     if self.max_len < 1 or self.min_frequency < 1 or self.max_token_chars < 1:
       raise ValueError('max_len, min_frequency and max_token_chars must be >= 1')
+    if self.truncation not in TRUNCATIONS:
+      raise ValueError(f'truncation must be one of {TRUNCATIONS}')
 
 
 def normalize(text: tf.Tensor) -> tf.Tensor:
@@ -70,6 +93,7 @@ def make_preprocessing_fn(params: TransformParams):
         tokens, vocabulary,
         default_value=transformed.OOV_ID - transformed.NUM_RESERVED_IDS)
     token_ids += transformed.NUM_RESERVED_IDS
+    token_ids = truncate(token_ids, params.max_len, params.truncation)
     label_ids = tft.compute_and_apply_vocabulary(
         inputs[raw.LABEL], vocab_filename=transformed.LABEL_VOCABULARY)
     return {

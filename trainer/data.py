@@ -61,7 +61,7 @@ class PreprocessedData:
 def dataset(data: PreprocessedData, split: str, batch_size: int,
             shuffle: bool = False, seed: int = None,
             features=(transformed.TOKEN_IDS,), with_labels: bool = True,
-            cache: bool = True) -> tf.data.Dataset:
+            cache: bool = True, drop_remainder: bool = False) -> tf.data.Dataset:
   """Batches of (features, label_id) from one split's gzip TFRecords.
 
   ``cache`` keeps the parsed split in memory after the first pass; a split
@@ -89,4 +89,5 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
     inputs = example[features[0]] if len(features) == 1 else example
     return (inputs, label) if with_labels else inputs
 
-  return parsed.map(split_label).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+  return parsed.map(split_label).batch(
+      batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

@@ -11,6 +11,7 @@ from typing import Dict, List
 import matplotlib
 matplotlib.use('Agg')  # files only, no display
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from matplotlib import ticker  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
 
@@ -103,6 +104,7 @@ def _plot_history(history_path: str, out_path: str) -> bool:
       axes.plot(epochs, [float(r[f'val_{metric}']) for r in rows], 'o-',
                 label='eval')
     axes.set_xlabel('epoch')
+    axes.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     axes.set_title(metric)
     axes.grid(alpha=0.3)
     axes.legend()

@@ -74,6 +74,12 @@ class TokenAndPositionEmbedding(layers.Layer):
     else:
       self.position_table = sinusoidal_positions(max_len, embed_dim)
 
+  def build(self, input_shape):
+    self.token_embedding.build(input_shape)
+    if self.positions == 'learned':
+      self.position_embedding.build((self.max_len,))
+    super().build(input_shape)
+
   def call(self, token_ids):
     length = ops.shape(token_ids)[-1]
     if self.positions == 'learned':
@@ -111,6 +117,13 @@ class TransformerBlock(layers.Layer):
     self.attention_dropout = layers.Dropout(dropout)
     self.feed_forward_dropout = layers.Dropout(dropout)
     self.supports_masking = True
+
+  def build(self, input_shape):
+    self.attention.build(input_shape, input_shape)
+    self.feed_forward.build(input_shape)
+    self.attention_norm.build(input_shape)
+    self.feed_forward_norm.build(input_shape)
+    super().build(input_shape)
 
   def call(self, inputs, mask=None, training=False):
     attention_mask = None

@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import logging
 import posixpath
+import sys
 import time
 
 import keras
@@ -109,16 +110,24 @@ def train(args, params: model_lib.ModelParams,
   steps = -(-data.num_examples(raw.TRAIN) // args.batch_size) * args.epochs
   model.compile(optimizer=optimizer(args, steps),
                 loss=keras.losses.SparseCategoricalCrossentropy(),
-                metrics=['accuracy'])
+                metrics=['accuracy'],
+                # XLA halves the step time of this small model on CPU.
+                jit_compile=True)
   model.summary(print_fn=logging.info)
+  # Equal-sized batches: a short last batch would make XLA compile the step
+  # again; reshuffling drops different examples every epoch.
   train_data = data_lib.dataset(data, raw.TRAIN, args.batch_size,
-                                shuffle=True, seed=args.seed)
-  eval_data = data_lib.dataset(data, raw.EVAL, args.batch_size)
+                                shuffle=True, seed=args.seed,
+                                drop_remainder=True)
+  # Evaluation needs no small batches; large ones make it several times
+  # cheaper per example.
+  eval_data = data_lib.dataset(data, raw.EVAL, max(args.batch_size, 256))
   started = time.time()
   history = model.fit(train_data, validation_data=eval_data,
                       epochs=args.epochs,
                       callbacks=callbacks(args, args.model_dir),
-                      verbose='auto')
+                      # A progress bar on a terminal, a line an epoch in logs.
+                      verbose=1 if sys.stdout.isatty() else 2)
   return model, history.history, time.time() - started
 
 

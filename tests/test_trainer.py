@@ -1,0 +1,187 @@
+"""The trainer: layers, masking, save/load, a short real training run, the
+raw-text export contract and trainer.predict."""
+import json
+import random
+import shutil
+
+import keras
+import numpy as np
+import pytest
+
+from pipeline import preprocess
+from schemas import raw
+from schemas import transformed
+from tests.conftest import run_module
+from trainer import evaluate
+from trainer import export
+from trainer import model as model_lib
+from trainer import predict
+from trainer import train
+
+POSITIVE = ['great', 'superb', 'wonderful', 'moving', 'brilliant', 'loved']
+NEGATIVE = ['awful', 'boring', 'dull', 'terrible', 'waste', 'hated']
+NEUTRAL = ['film', 'plot', 'actor', 'scene', 'the', 'a', 'story', 'music',
+           'camera', 'ending', 'director', 'cast']
+
+
+def synthetic_reviews(count, seed):
+  rng = random.Random(seed)
+  rows = []
+  for i in range(count):
+    label = 'pos' if i % 2 else 'neg'
+    cues = POSITIVE if label == 'pos' else NEGATIVE
+    words = [rng.choice(NEUTRAL) for _ in range(rng.randint(8, 30))]
+    for _ in range(2):
+      words.insert(rng.randrange(len(words)), rng.choice(cues))
+    rows.append({'id': f'{seed}-{i}', 'text': ' '.join(words),
+                 'label': label, 'split': 'train' if seed == 0 else 'test'})
+  return rows
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """Preprocesses synthetic reviews, trains briefly, exports; then deletes
+  the preprocessing output so everything after must live in the export."""
+  folder = tmp_path_factory.mktemp('trainer')
+  with open(folder / 'reviews.jsonl', 'w') as handle:
+    for row in synthetic_reviews(600, 0) + synthetic_reviews(200, 1):
+      handle.write(json.dumps(row) + '\n')
+  data_dir = folder / 'preprocessed'
+  preprocess.run([f'--input={folder}/reviews.jsonl', f'--output_dir={data_dir}',
+                  '--split_field=split', '--max_len=24'])
+  model_dir = folder / 'model'
+  metrics, export_dir = train.run([
+      f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--epochs=4',
+      '--batch_size=16', '--embed_dim=16', '--ff_dim=16', '--seed=7'])
+  shutil.rmtree(data_dir)
+  return model_dir, export_dir, metrics
+
+
+def test_short_training_beats_chance_clearly(trained):
+  model_dir, _, metrics = trained
+  assert metrics['examples'] == 200
+  assert metrics['accuracy'] > 0.9
+  assert metrics['roc_auc'] > 0.95
+  for name in (evaluate.METRICS_FILE, evaluate.REPORT_FILE,
+               evaluate.HISTORY_FILE, evaluate.HISTORY_PLOT,
+               evaluate.CONFUSION_PLOT):
+    assert (model_dir / name).exists(), name
+  assert (model_dir / evaluate.HISTORY_PLOT).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert list((model_dir / 'logs').rglob('events.out.tfevents*'))
+  assert (model_dir / 'checkpoints' / 'best.weights.h5').exists()
+
+
+def test_export_takes_raw_text_without_the_preprocessing_output(trained):
+  model_dir, export_dir, _ = trained
+  assert export.resolve(str(model_dir)) == export_dir
+  assert export_dir.split('/')[-1].isdigit()
+  signature, metadata = export.load(str(model_dir))
+  outputs = signature(text=np.array([b'superb wonderful film', b'dull waste',
+                                     b'', 'caf\u00e9 \u2014'.encode()]))
+  labels = [label.decode() for label in outputs[export.LABEL].numpy()]
+  assert labels[:2] == ['pos', 'neg']
+  probabilities = outputs[export.PROBABILITIES].numpy()
+  assert probabilities.shape == (4, 2)
+  np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(outputs[export.CONFIDENCE].numpy(),
+                             probabilities.max(axis=1))
+  assert sorted(metadata['label_names']) == ['neg', 'pos']
+  assert [metadata['label_names'][i] for i in outputs[
+      export.LABEL_ID].numpy()] == labels
+  assert metadata['preprocessing']['transform']['max_len'] == 24
+  assert metadata['training']['epochs'] == 4
+
+
+def test_predict_cli_matches_the_signature(trained):
+  model_dir, _, _ = trained
+  texts = ['superb wonderful film', 'dull waste of a plot']
+  signature, metadata = export.load(str(model_dir))
+  direct = predict.predict(signature, metadata['label_names'], texts)
+  result = run_module('trainer.predict', f'--model_dir={model_dir}', '--json',
+                      *texts)
+  assert result.returncode == 0, result.stderr[-2000:]
+  printed = [json.loads(line) for line in result.stdout.splitlines()]
+  assert [p['label'] for p in printed] == [d['label'] for d in direct]
+  for printed_row, direct_row in zip(printed, direct):
+    for label, probability in direct_row['probabilities'].items():
+      assert printed_row['probabilities'][label] == pytest.approx(probability,
+                                                                  abs=1e-6)
+
+
+def test_trainer_job_error_on_a_missing_data_dir(tmp_path):
+  result = run_module('trainer.train', f'--data_dir={tmp_path}/missing',
+                      f'--model_dir={tmp_path}/model')
+  assert result.returncode == 2
+  assert 'is not a preprocessing output' in result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize('mode', ['mean', 'max'])
+def test_padding_does_not_change_attention_or_pooling(mode):
+  keras.utils.set_random_seed(1)
+  block = model_lib.TransformerBlock(8, 2, 8, dropout=0.0)
+  pooling = model_lib.MaskedPooling(mode)
+  inputs = np.random.normal(size=(2, 6, 8)).astype('float32')
+  mask = np.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]], dtype=bool)
+  noisy = inputs.copy()
+  noisy[~mask] = np.random.normal(size=(int((~mask).sum()), 8)) * 100
+  clean_out = pooling(block(inputs, mask=mask), mask=mask)
+  noisy_out = pooling(block(noisy, mask=mask), mask=mask)
+  np.testing.assert_allclose(clean_out, noisy_out, atol=1e-5)
+  unmasked = pooling(block(noisy))
+  assert not np.allclose(clean_out, unmasked, atol=1e-3)
+
+
+def test_prediction_does_not_depend_on_padded_length():
+  params = model_lib.ModelParams(embed_dim=8, num_heads=2, ff_dim=8,
+                                 positions='sinusoidal', dropout=0.0)
+  short = model_lib.build_model(50, 10, 3, params)
+  long = model_lib.build_model(50, 30, 3, params)
+  long.set_weights(short.get_weights())
+  document = [5, 9, 3, 7]
+  padded = lambda n: np.array([document + [transformed.PAD_ID] * (n - 4)])
+  np.testing.assert_allclose(short.predict(padded(10), verbose=0),
+                             long.predict(padded(30), verbose=0), atol=1e-6)
+
+
+def test_embedding_shapes_mask_and_positions():
+  for positions in ('learned', 'sinusoidal'):
+    layer = model_lib.TokenAndPositionEmbedding(12, 40, 6, positions)
+    ids = np.array([[4, 5, 0, 0], [1, 2, 3, 0]])
+    assert tuple(layer(ids).shape) == (2, 4, 6)
+    np.testing.assert_array_equal(layer.compute_mask(ids), ids != 0)
+  table = model_lib.sinusoidal_positions(4, 6)
+  np.testing.assert_allclose(table[0], [0, 1, 0, 1, 0, 1])
+
+
+def test_model_saves_and_reloads_with_its_custom_layers(tmp_path):
+  params = model_lib.ModelParams(embed_dim=8, num_heads=2, ff_dim=8,
+                                 num_layers=2, pooling='max')
+  model = model_lib.build_model(30, 7, 4, params)
+  ids = np.random.randint(0, 30, size=(3, 7))
+  model.save(tmp_path / 'model.keras')
+  reloaded = keras.models.load_model(tmp_path / 'model.keras')
+  np.testing.assert_allclose(model.predict(ids, verbose=0),
+                             reloaded.predict(ids, verbose=0), atol=1e-6)
+  assert [l.name for l in reloaded.layers] == [l.name for l in model.layers]
+
+
+def test_model_params_are_validated():
+  with pytest.raises(ValueError):
+    model_lib.ModelParams(pooling='sum')
+  with pytest.raises(ValueError):
+    model_lib.ModelParams(embed_dim=10, num_heads=3)
+
+
+def test_classification_metrics_and_auc():
+  labels = np.array([0, 0, 1, 1, 1])
+  probabilities = np.array([[.9, .1], [.4, .6], [.3, .7], [.8, .2], [.1, .9]])
+  metrics = evaluate.classification_metrics(labels, probabilities, ['a', 'b'])
+  assert metrics['accuracy'] == pytest.approx(3 / 5)
+  assert metrics['confusion_matrix']['rows_true_columns_predicted'] == [
+      [1, 1], [1, 2]]
+  assert metrics['per_class']['b']['precision'] == pytest.approx(2 / 3)
+  assert metrics['per_class']['b']['recall'] == pytest.approx(2 / 3)
+  assert metrics['per_class']['a']['f1'] == pytest.approx(0.5)
+  # Positives' scores .7, .2, .9 against negatives' .1, .6: 5 of 6 pairs.
+  assert metrics['roc_auc'] == pytest.approx(5 / 6)
+  assert evaluate.roc_auc(np.array([1, 0]), np.array([0.5, 0.5])) == 0.5
