@@ -10,7 +10,7 @@ DATASET_CACHE ?= $(if $(wildcard $(SHARED_DATASETS)/SHA256SUMS),$(SHARED_DATASET
 DATA := data
 OUT := out
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench bench-train clean
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,12 +25,19 @@ run: install
 	$(PY) -m pipeline.datasets fetch imdb --dest $(DATA) --cache $(DATASET_CACHE)
 	$(PY) -m pipeline.preprocess --input=$(DATA)/aclImdb \
 	    --output_dir=$(OUT)/imdb/preprocessed
+	$(PY) -m trainer.train --data_dir=$(OUT)/imdb/preprocessed \
+	    --model_dir=$(OUT)/imdb/model --epochs=2 --decay
+	$(PY) -m trainer.predict --model_dir=$(OUT)/imdb/model \
+	    "A moving, beautifully acted film." "Two hours I will never get back."
 
 test: install
 	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests
 
 bench: install
 	DATASET_CACHE=$(DATASET_CACHE) $(PY) bench/preprocess.py
+
+bench-train: install
+	DATASET_CACHE=$(DATASET_CACHE) $(PY) bench/train.py
 
 clean:
 	rm -rf $(OUT) build dist *.egg-info

@@ -286,7 +286,8 @@ def build_pipeline(pipeline, pattern: str, config: readers.ReadConfig,
           EncodeExamples(split)).with_outputs(_STATS, main='examples')
       stats.append(encoded[_STATS])
       _ = encoded.examples | f'Write{split}' >> tfrecords.WriteTFRecordBatches(
-          posixpath.join(staging, split), file_name_suffix='.tfrecord.gz')
+          posixpath.join(staging, split),
+          file_name_suffix=transformed.TFRECORD_SUFFIX)
     _ = transform_fn | 'WriteTransformFn' >> tft_beam.WriteTransformFn(staging)
 
   _ = ((routed[_REJECTED], checked_eval[_REJECTED])
@@ -404,10 +405,11 @@ def run(argv=None):
 
   logging.info(
       'preprocess: read %d records in %.1f s -> train %d, eval %d, rejected '
-      '%d %s; vocabulary %d ids, labels %s, p50 length %d (%.1f%% truncated '
+      '%d%s; vocabulary %d ids, labels %s, p50 length %d (%.1f%% truncated '
       'at %d); output %s', records['read'], time.time() - started,
       records['written'][raw.TRAIN], records['written'][raw.EVAL],
-      records['rejected'], stats['rejected_by_reason'] or '',
+      records['rejected'], ''.join(
+          f', {n} {reason}' for reason, n in stats['rejected_by_reason'].items()),
       stats['vocabulary_size'], stats['labels']['names'],
       stats['token_length']['p50'],
       100 * stats['token_length']['truncated_share'], params.max_len,

@@ -24,9 +24,15 @@ NUM_RESERVED_IDS = 2  # token ids below this are not vocabulary entries
 TOKEN_VOCABULARY = 'tokens'
 LABEL_VOCABULARY = 'labels'
 
-# Files the preprocessing job writes next to transform_fn/.
-TRAIN_PATTERN = 'train-*.tfrecord.gz'
-EVAL_PATTERN = 'eval-*.tfrecord.gz'
+# Files the preprocessing job writes next to transform_fn/: per split,
+# <split>-<shard>-of-<shards>.tfrecord.gz.
+TFRECORD_SUFFIX = '.tfrecord.gz'
+
+
+def split_file_pattern(split: str) -> str:
+  return f'{split}-*{TFRECORD_SUFFIX}'
+
+
 PARAMS_FILE = 'preprocess_params.json'
 STATS_FILE = 'stats.json'
 REJECTED_DIR = 'rejected'

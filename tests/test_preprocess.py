@@ -24,7 +24,8 @@ def read_examples(output_dir, split):
   if split == raw.TRAIN:
     for name in transformed.EVAL_ONLY:
       spec.pop(name)
-  files = glob.glob(os.path.join(output_dir, f'{split}-*.tfrecord.gz'))
+  files = glob.glob(os.path.join(output_dir,
+                                 transformed.split_file_pattern(split)))
   dataset = tf.data.TFRecordDataset(files, compression_type='GZIP')
   return [{k: v.numpy() for k, v in tf.io.parse_single_example(
       record, spec).items()} for record in dataset]

@@ -21,10 +21,11 @@ from tests.conftest import run_and_collect
 
 def read(pattern, fmt='auto', **config):
   """Every record a pattern yields, read through a real Beam pipeline."""
-  return sorted(run_and_collect(lambda p: p | readers.ReadRecords(
-      *readers.resolve_input(str(pattern), fmt)[:1],
-      readers.ReadConfig(format=readers.resolve_input(str(pattern), fmt)[1],
-                         **config))), key=lambda r: r[raw.ID])
+  pattern, fmt = readers.resolve_input(str(pattern), fmt)
+  transform = readers.ReadRecords(pattern,
+                                  readers.ReadConfig(format=fmt, **config))
+  return sorted(run_and_collect(lambda p: p | transform),
+                key=lambda r: r[raw.ID])
 
 
 def summary(records):

@@ -41,9 +41,8 @@ class PreprocessedData:
         max_len=params['transform']['max_len'])
 
   def files(self, split: str) -> List[str]:
-    pattern = (transformed.TRAIN_PATTERN if split == raw.TRAIN
-               else transformed.EVAL_PATTERN)
-    return sorted(tf.io.gfile.glob(posixpath.join(self.data_dir, pattern)))
+    return sorted(tf.io.gfile.glob(posixpath.join(
+        self.data_dir, transformed.split_file_pattern(split))))
 
   def feature_spec(self, split: str, names=None) -> Dict:
     spec = self.tft_output.transformed_feature_spec()
