@@ -1,4 +1,5 @@
-"""Timing whole processes for the benchmarks: wall time and peak memory."""
+"""What the benchmarks share: flags, and timing whole processes."""
+import argparse
 import os
 import platform
 import subprocess
@@ -28,3 +29,14 @@ def machine():
   return (f'{platform.machine()}, {os.cpu_count()} cores, '
           f'{os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30:.0f}'
           f' GiB, Python {platform.python_version()}')
+
+
+def argument_parser(description: str) -> argparse.ArgumentParser:
+  """--cache (the dataset cache) and --work (where corpora and outputs go)."""
+  parser = argparse.ArgumentParser(description=description)
+  parser.add_argument('--cache', default=os.environ.get(
+      'DATASET_CACHE', os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    '..', '..', 'shared', 'datasets')))
+  parser.add_argument('--work', default=None,
+                      help='Working folder; a new temporary one by default.')
+  return parser

@@ -8,13 +8,13 @@ documents/s, wall time, peak memory and the ratio to the baseline.
 
     python bench/preprocess.py [--cache ../shared/datasets] [--work DIR]
 """
-import argparse
 import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import argument_parser  # pylint: disable=wrong-import-position
 from common import machine  # pylint: disable=wrong-import-position
 from common import run_process  # pylint: disable=wrong-import-position
 
@@ -22,11 +22,7 @@ DOCUMENTS = 50000
 
 
 def main():
-  parser = argparse.ArgumentParser()
-  parser.add_argument('--cache', default=os.environ.get(
-      'DATASET_CACHE', os.path.join(os.path.dirname(__file__), '..', '..',
-                                    'shared', 'datasets')))
-  parser.add_argument('--work', default=None)
+  parser = argument_parser(__doc__.split('\n\n')[0])
   parser.add_argument('--repeats', type=int, default=1)
   args = parser.parse_args()
   work = args.work or tempfile.mkdtemp(prefix='bench-preprocess-')

@@ -8,7 +8,6 @@ TF-IDF bag-of-bigrams logistic regression (Keras TextVectorization
 
     python bench/train.py [--only imdb_seed,imdb_best,spamassassin,sms]
 """
-import argparse
 import json
 import os
 import sys
@@ -16,6 +15,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import argument_parser  # pylint: disable=wrong-import-position
 from common import machine  # pylint: disable=wrong-import-position
 from common import run_process  # pylint: disable=wrong-import-position
 
@@ -99,11 +99,7 @@ def tfidf_baseline(corpus_dir: str, corpus: str, input_pattern: str) -> dict:
 
 
 def main():
-  parser = argparse.ArgumentParser()
-  parser.add_argument('--cache', default=os.environ.get(
-      'DATASET_CACHE', os.path.join(os.path.dirname(__file__), '..', '..',
-                                    'shared', 'datasets')))
-  parser.add_argument('--work', default=None)
+  parser = argument_parser(__doc__.split('\n\n')[0])
   parser.add_argument('--only', default=','.join(RUNS))
   args = parser.parse_args()
   work = args.work or tempfile.mkdtemp(prefix='bench-train-')
@@ -115,8 +111,8 @@ def main():
     run_process([python, '-m', 'pipeline.datasets', 'fetch', corpus, '--dest',
                  work, '--cache', args.cache])
     corpus_dir = os.path.join(work, {'imdb': 'aclImdb'}.get(corpus, corpus))
-    data_dir = os.path.join(work, name, 'preprocessed')
-    model_dir = os.path.join(work, name, 'model')
+    data_dir = os.path.join(work, 'runs', name, 'preprocessed')
+    model_dir = os.path.join(work, 'runs', name, 'model')
     run_process([python, '-m', 'pipeline.preprocess',
                  f'--input={os.path.join(corpus_dir, pattern)}'.rstrip('/'),
                  f'--output_dir={data_dir}'] + preprocess_flags)

@@ -64,6 +64,20 @@ class StagedOutput:
           f'cannot write to {self.final_dir}: {error}') from error
     return self.staging_dir
 
+  def check_outside(self, pattern: str) -> None:
+    """Fails if files staged here would match ``pattern``: a job reading its
+    own output would never finish the same way twice."""
+    probe = FileSystems.join(self.staging_dir, 'overlap-probe')
+    FileSystems.create(probe).close()
+    try:
+      matched = {m.path for m in
+                 FileSystems.match([pattern])[0].metadata_list}
+    finally:
+      FileSystems.delete([probe])
+    if probe in matched:
+      raise OutputError(
+          f'the output folder {self.final_dir} is inside the input {pattern}')
+
   def publish(self) -> None:
     """Moves the staged files into place, replacing any previous output."""
     delete_tree(self.final_dir)

@@ -371,7 +371,9 @@ def run(argv=None):
   output = outputs.StagedOutput(args.output_dir)
   try:
     staging = output.create()
+    output.check_outside(pattern)
   except outputs.OutputError as error:
+    output.discard()
     raise jobs.JobError(str(error)) from error
 
   try:

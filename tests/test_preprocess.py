@@ -149,7 +149,8 @@ def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
   _, output, _ = small_job
   params = json.loads((output / transformed.PARAMS_FILE).read_text())
   assert params['transform'] == {'vocab_size': 6, 'min_frequency': 1,
-                                 'max_len': 6, 'max_token_chars': 50}
+                                 'max_len': 6, 'max_token_chars': 50,
+                                 'truncation': 'head_tail'}
   assert params['read_config']['format'] == 'jsonl'
   assert params['read_config']['split_field'] == 'split'
   assert not [p for p in os.listdir(output.parent) if 'staging' in p]
@@ -220,6 +221,8 @@ def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
      'cannot write to'),
     (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/out',
                 '--vocab_size=1'], 'vocab_size must exceed'),
+    (lambda d: [f'--input={d}/**', f'--format=text', f'--output_dir={d}/out'],
+     'is inside the input'),
 ])
 def test_job_level_faults_exit_non_zero_with_one_line(tmp_path, make_args,
                                                       message):

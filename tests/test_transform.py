@@ -34,11 +34,24 @@ def test_giant_tokens_are_cut():
   assert tokens('x' * 200000 + ' ok', max_token_chars=50) == ['x' * 50, 'ok']
 
 
+@pytest.mark.parametrize('truncation, expected', [
+    ('head', [[1, 2, 3, 4, 5], [1, 2], []]),
+    ('tail', [[5, 6, 7, 8, 9], [1, 2], []]),
+    ('head_tail', [[1, 2, 7, 8, 9], [1, 2], []]),
+])
+def test_truncation_keeps_the_head_the_tail_or_both(truncation, expected):
+  tokens = tf.ragged.constant([[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2], []],
+                              dtype=tf.int64)
+  assert transform.truncate(tokens, 5, truncation).to_list() == expected
+
+
 def test_params_are_validated():
   with pytest.raises(ValueError):
     transform.TransformParams(vocab_size=2)
   with pytest.raises(ValueError):
     transform.TransformParams(max_len=0)
+  with pytest.raises(ValueError):
+    transform.TransformParams(truncation='middle')
 
 
 def analyze_and_transform(train, evaluation, params):
