@@ -11,7 +11,6 @@ import argparse
 import codecs
 import csv
 import dataclasses
-import io
 import json
 import os
 import posixpath

@@ -221,7 +221,7 @@ def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
      'cannot write to'),
     (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/out',
                 '--vocab_size=1'], 'vocab_size must exceed'),
-    (lambda d: [f'--input={d}/**', f'--format=text', f'--output_dir={d}/out'],
+    (lambda d: [f'--input={d}/**', '--format=text', f'--output_dir={d}/out'],
      'is inside the input'),
 ])
 def test_job_level_faults_exit_non_zero_with_one_line(tmp_path, make_args,

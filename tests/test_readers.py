@@ -3,10 +3,7 @@ import gzip
 import json
 import os
 
-import apache_beam as beam
 from apache_beam.io import source_test_utils
-from apache_beam.testing.util import assert_that
-from apache_beam.testing.util import equal_to
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,7 +12,6 @@ import tensorflow as tf
 from pipeline import readers
 from schemas import raw
 from schemas import rejected
-from tests.conftest import beam_pipeline
 from tests.conftest import run_and_collect
 
 

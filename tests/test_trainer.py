@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from pipeline import preprocess
-from schemas import raw
 from schemas import transformed
 from tests.conftest import run_module
 from trainer import evaluate
