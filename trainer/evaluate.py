@@ -77,10 +77,9 @@ def classification_metrics(labels: np.ndarray, probabilities: np.ndarray,
   return metrics
 
 
-def predict_eval_split(export_dir: str, data: data_lib.PreprocessedData,
+def predict_eval_split(signature, data: data_lib.PreprocessedData,
                        batch_size: int = 256):
-  """(true label ids, probabilities) of the export over the eval split."""
-  signature, _ = export.load(export_dir)
+  """(true label ids, probabilities) of a serving signature on the eval split."""
   labels, probabilities = [], []
   for text, label in data_lib.dataset(
       data, raw.EVAL, batch_size, features=(transformed.TEXT,), cache=False):
@@ -170,8 +169,8 @@ def write_report(model_dir: str, metrics: Dict, metadata: Dict) -> None:
 
 def evaluate(export_dir: str, data: data_lib.PreprocessedData,
              model_dir: str) -> Dict:
-  labels, probabilities = predict_eval_split(export_dir, data)
+  signature, metadata = export.load(export_dir)
+  labels, probabilities = predict_eval_split(signature, data)
   metrics = classification_metrics(labels, probabilities, data.label_names)
-  _, metadata = export.load(export_dir)
   write_report(model_dir, metrics, metadata)
   return metrics
