@@ -4,10 +4,12 @@ A job writes into a staging folder beside its final output and publishes it
 only after the pipeline succeeded, so a failed or killed run never leaves a
 half-written output where a finished one is expected.
 """
+import ctypes
 import json
 import logging
 import os
 import posixpath
+import sys
 import uuid
 
 from apache_beam.io.filesystems import FileSystems
@@ -43,14 +45,49 @@ def delete_tree(path: str) -> None:
     FileSystems.delete([path])
 
 
+# The marker a finished output carries (the Hadoop convention): on object
+# stores, where a folder cannot be replaced in one step, it goes last.
+SUCCESS_MARKER = '_SUCCESS'
+# Where outputs are staged, beside the final one: hidden from Hive-style
+# readers (Spark, pyarrow datasets) and one level too deep for a glob such as
+# ``scores/*/*.parquet``.
+STAGING_DIR = '.staging'
+
+
+def _exchange(first: str, second: str) -> bool:
+  """Atomically swaps two local folders; False where the OS cannot."""
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if sys.platform.startswith('linux'):
+      at_fdcwd, rename_exchange = -100, 2
+      result = libc.renameat2(at_fdcwd, os.fsencode(first), at_fdcwd,
+                              os.fsencode(second), rename_exchange)
+    elif sys.platform == 'darwin':
+      rename_swap = 2
+      result = libc.renamex_np(os.fsencode(first), os.fsencode(second),
+                               rename_swap)
+    else:
+      return False
+  except (AttributeError, OSError):  # no such call in this C library
+    return False
+  return result == 0
+
+
 class StagedOutput:
-  """A staging folder that replaces ``final_dir`` when published."""
+  """A staging folder that replaces ``final_dir`` whole when published.
+
+  On a local disk the replacement is one atomic swap of folders: a reader
+  sees the old output or the new one, never a mix and never neither. On an
+  object store, files are moved one by one: the old success marker goes
+  first and the new one last, so readers that wait for it see whole outputs.
+  """
 
   def __init__(self, final_dir: str):
     self.final_dir = final_dir.rstrip('/')
     parent, name = posixpath.split(self.final_dir)
+    self._staging_root = posixpath.join(parent, STAGING_DIR)
     self.staging_dir = posixpath.join(
-        parent, f'.{name}.staging-{uuid.uuid4().hex[:12]}')
+        self._staging_root, f'{name}-{uuid.uuid4().hex[:12]}')
 
   def create(self) -> str:
     """Creates the staging folder, proving the location writable."""
@@ -80,20 +117,53 @@ class StagedOutput:
 
   def publish(self) -> None:
     """Moves the staged files into place, replacing any previous output."""
-    delete_tree(self.final_dir)
     if _is_local(self.final_dir):
+      self._publish_local()
+    else:
+      self._publish_by_files()
+    self._remove_empty_staging_root()
+
+  def _publish_local(self):
+    if not os.path.lexists(self.final_dir):
       os.makedirs(os.path.dirname(os.path.abspath(self.final_dir)),
                   exist_ok=True)
       os.rename(self.staging_dir, self.final_dir)
       return
-    sources = _list_files(self.staging_dir)
-    targets = [self.final_dir + path[len(self.staging_dir):]
-               for path in sources]
-    FileSystems.rename(sources, targets)
+    if not _exchange(self.staging_dir, self.final_dir):
+      # A file system without the swap: the old output is moved aside, for
+      # the moment between two renames.
+      aside = self.staging_dir + '.old'
+      os.rename(self.final_dir, aside)
+      os.rename(self.staging_dir, self.final_dir)
+      os.rename(aside, self.staging_dir)
+    # The staging folder now holds the previous output.
     delete_tree(self.staging_dir)
+
+  def _publish_by_files(self):
+    def markers_and_others(paths):
+      markers = [p for p in paths if posixpath.basename(p) == SUCCESS_MARKER]
+      return markers, [p for p in paths if p not in markers]
+
+    if FileSystems.exists(self.final_dir):
+      for batch in markers_and_others(_list_files(self.final_dir)):
+        if batch:
+          FileSystems.delete(batch)
+    for batch in reversed(markers_and_others(_list_files(self.staging_dir))):
+      if batch:
+        FileSystems.rename(batch, [self.final_dir + p[len(self.staging_dir):]
+                                   for p in batch])
+    delete_tree(self.staging_dir)
+
+  def _remove_empty_staging_root(self):
+    if _is_local(self._staging_root):
+      try:
+        os.rmdir(self._staging_root)
+      except OSError:  # not empty: another run is staging beside this one
+        pass
 
   def discard(self) -> None:
     try:
       delete_tree(self.staging_dir)
+      self._remove_empty_staging_root()
     except Exception:  # pylint: disable=broad-except
       logging.warning('could not remove %s', self.staging_dir, exc_info=True)

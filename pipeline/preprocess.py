@@ -10,20 +10,15 @@ of transformed features next to ``transform_fn/``, ``stats.json`` and the
 parameters the trainer and the scorer need.
 """
 import argparse
-import collections
 import dataclasses
 import hashlib
-import json
 import logging
 import posixpath
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindows
 import numpy as np
 import pyarrow as pa
 import tensorflow_transform as tft
@@ -36,16 +31,15 @@ from tfx_bsl.tfxio import tensor_representation_util
 from pipeline import jobs
 from pipeline import outputs
 from pipeline import readers
+from pipeline import records
 from pipeline import tfrecords
 from pipeline import transform
 from schemas import raw
 from schemas import rejected
 from schemas import transformed
 
-_REJECTED = 'rejected'
-_STATS = 'stats'
 _BATCH_SIZE = 4000
-_COUNTER_NAMESPACE = 'preprocess'
+_NAMESPACE = 'preprocess'
 
 
 def parse_args(argv):
@@ -88,59 +82,12 @@ def hash_split(text: str, eval_fraction: float) -> str:
   return raw.EVAL if share < eval_fraction else raw.TRAIN
 
 
-def check_record(record: Dict, max_text_bytes: int,
-                 require_label: bool) -> Optional[str]:
-  """The reason a raw record cannot be used, or None when it can."""
-  if record.get(raw.REASON):
-    return record[raw.REASON]
-  text = record[raw.TEXT]
-  if not text.strip():
-    return rejected.EMPTY_TEXT
-  if len(text) > max_text_bytes or len(
-      text.encode('utf-8', 'replace')) > max_text_bytes:
-    return rejected.TEXT_TOO_LONG
-  if require_label and not (record.get(raw.LABEL) or '').strip():
-    return rejected.MISSING_LABEL
-  return None
-
-
-def dead_letter(record: Dict, reason: str) -> Dict:
-  """The dead-letter form of any record, good or bad."""
-  snippet = record.get(raw.SNIPPET)
-  if snippet is None:
-    snippet = (record.get(raw.TEXT) or '')[:rejected.SNIPPET_CHARS]
-  return {rejected.ID: record.get(raw.ID), rejected.SOURCE: record.get(
-      raw.SOURCE), rejected.REASON: reason, rejected.SNIPPET: snippet}
-
-
-class _CountingDoFn(beam.DoFn):
-  """Counts stats per bundle and emits them once, at the bundle's end.
-
-  Also the place where Beam metrics are updated: once a bundle, not once an
-  element, which matters at tens of thousands of elements a second.
-  """
-
-  def start_bundle(self):
-    self._counts = collections.Counter()
-
-  def finish_bundle(self):
-    if self._counts:
-      for key, count in self._counts.items():
-        if key[0] in ('read', 'rejected', 'written'):
-          Metrics.counter(_COUNTER_NAMESPACE, '_'.join(key)).inc(count)
-      yield pvalue.TaggedOutput(
-          _STATS, GlobalWindows.windowed_value(dict(self._counts)))
-
-  def _reject(self, record, reason):
-    self._counts[('rejected', reason)] += 1
-    return pvalue.TaggedOutput(_REJECTED, dead_letter(record, reason))
-
-
-class ValidateAndSplit(_CountingDoFn):
+class ValidateAndSplit(records.CountingDoFn):
   """Routes each raw record to train, eval or the dead letters."""
 
   def __init__(self, max_text_bytes: int, eval_fraction: float,
                split_required: bool):
+    super().__init__(_NAMESPACE)
     self._max_text_bytes = max_text_bytes
     self._eval_fraction = eval_fraction
     self._split_required = split_required
@@ -157,19 +104,20 @@ class ValidateAndSplit(_CountingDoFn):
 
   def process(self, record):
     self._counts[('read',)] += 1
-    reason = check_record(record, self._max_text_bytes, require_label=True)
+    reason = records.check_record(record, self._max_text_bytes,
+                                  require_label=True)
     split = None
     if not reason:
       split, reason = self._split(record)
     if reason:
-      yield self._reject(record, reason)
+      yield self.reject(record, reason)
       return
     if split == raw.TRAIN:
       self._counts[('label', raw.TRAIN, record[raw.LABEL])] += 1
     yield pvalue.TaggedOutput(split, record)
 
 
-class RejectUnknownLabels(_CountingDoFn):
+class RejectUnknownLabels(records.CountingDoFn):
   """Eval records whose label never occurs in train go to the dead letters."""
 
   def process(self, record, train_counts):
@@ -178,15 +126,15 @@ class RejectUnknownLabels(_CountingDoFn):
       self._counts[('label', raw.EVAL, label)] += 1
       yield record
     else:
-      yield self._reject(record, rejected.LABEL_NOT_IN_TRAIN)
+      yield self.reject(record, rejected.LABEL_NOT_IN_TRAIN)
 
 
-def to_record_batch(records: List[Dict]) -> pa.RecordBatch:
+def to_record_batch(rows: List[Dict]) -> pa.RecordBatch:
   """Raw records as the Arrow batch TFT's tensor adapter reads."""
-  offsets = pa.array(np.arange(len(records) + 1, dtype=np.int64))
+  offsets = pa.array(np.arange(len(rows) + 1, dtype=np.int64))
   columns = []
   for name in raw.RAW_FEATURE_SPEC:
-    values = pa.array([r[name].encode('utf-8', 'replace') for r in records],
+    values = pa.array([r[name].encode('utf-8', 'replace') for r in rows],
                       type=pa.large_binary())
     columns.append(pa.LargeListArray.from_arrays(offsets, values))
   return pa.RecordBatch.from_arrays(columns, schema=raw.RAW_ARROW_SCHEMA)
@@ -199,13 +147,13 @@ def raw_tensor_adapter_config() -> tensor_adapter.TensorAdapterConfig:
       tensor_representation_util.InferTensorRepresentationsFromSchema(schema))
 
 
-class EncodeExamples(_CountingDoFn):
+class EncodeExamples(records.CountingDoFn):
   """Transformed record batches -> lists of serialized tf.Examples + stats."""
 
   def __init__(self, split: str):
+    super().__init__(_NAMESPACE)
     self._split = split
     self._dropped = transformed.EVAL_ONLY if split == raw.TRAIN else []
-    self._written = Metrics.counter(_COUNTER_NAMESPACE, f'written_{split}')
 
   def setup(self):
     self._encoder = example_coder.RecordBatchToExamplesEncoder()
@@ -213,7 +161,6 @@ class EncodeExamples(_CountingDoFn):
   def process(self, batch_and_passthrough):
     batch, _ = batch_and_passthrough
     batch = batch.drop_columns(self._dropped)
-    self._written.inc(batch.num_rows)
     self._counts[('written', self._split)] += batch.num_rows
     lengths = batch.column(transformed.LENGTH).flatten().to_numpy()
     for length, count in zip(*np.unique(lengths, return_counts=True)):
@@ -221,48 +168,25 @@ class EncodeExamples(_CountingDoFn):
     yield self._encoder.encode(batch)
 
 
-class SumCounts(beam.CombineFn):
-  """Adds up the per-bundle stat dicts."""
-
-  def create_accumulator(self):
-    return collections.Counter()
-
-  def add_input(self, accumulator, counts):
-    accumulator.update(counts)
-    return accumulator
-
-  def merge_accumulators(self, accumulators):
-    total = collections.Counter()
-    for accumulator in accumulators:
-      total.update(accumulator)
-    return total
-
-  def extract_output(self, accumulator):
-    return dict(accumulator)
-
-
-def _counts_to_json(counts: Dict[tuple, int]) -> str:
-  return json.dumps(sorted(list(key) + [count] for key, count in counts.items()))
-
-
 def build_pipeline(pipeline, pattern: str, config: readers.ReadConfig,
                    params: transform.TransformParams, eval_fraction: float,
                    staging: str):
   """Adds the preprocessing steps to ``pipeline``, writing under ``staging``."""
-  records = pipeline | 'Read' >> readers.ReadRecords(pattern, config)
-  routed = records | 'ValidateAndSplit' >> beam.ParDo(ValidateAndSplit(
+  raw_records = pipeline | 'Read' >> readers.ReadRecords(pattern, config)
+  routed = raw_records | 'ValidateAndSplit' >> beam.ParDo(ValidateAndSplit(
       config.max_text_bytes, eval_fraction,
       split_required=bool(config.split_field))).with_outputs(
-          _REJECTED, _STATS, raw.TRAIN, raw.EVAL)
+          records.REJECTED, records.STATS, raw.TRAIN, raw.EVAL)
   train = routed[raw.TRAIN]
   # The train labels are in the validation counts already.
-  validation_counts = routed[_STATS] | 'SumValidationStats' >> (
-      beam.CombineGlobally(SumCounts()))
+  validation_counts = routed[records.STATS] | 'SumValidationStats' >> (
+      beam.CombineGlobally(records.SumCounts()))
   checked_eval = routed[raw.EVAL] | 'RejectUnknownLabels' >> beam.ParDo(
-      RejectUnknownLabels(), train_counts=beam.pvalue.AsSingleton(
-          validation_counts)).with_outputs(_REJECTED, _STATS, main='eval')
+      RejectUnknownLabels(_NAMESPACE), train_counts=beam.pvalue.AsSingleton(
+          validation_counts)).with_outputs(
+              records.REJECTED, records.STATS, main='eval')
 
-  stats = [validation_counts, checked_eval[_STATS]]
+  stats = [validation_counts, checked_eval[records.STATS]]
   adapter_config = raw_tensor_adapter_config()
   batches = {}
   for split, split_records in ((raw.TRAIN, train),
@@ -283,26 +207,20 @@ def build_pipeline(pipeline, pattern: str, config: readers.ReadConfig,
           | f'Transform{split}' >> tft_beam.TransformDataset(
               output_record_batches=True))
       encoded = transformed_batches | f'Encode{split}' >> beam.ParDo(
-          EncodeExamples(split)).with_outputs(_STATS, main='examples')
-      stats.append(encoded[_STATS])
+          EncodeExamples(split)).with_outputs(records.STATS, main='examples')
+      stats.append(encoded[records.STATS])
       _ = encoded.examples | f'Write{split}' >> tfrecords.WriteTFRecordBatches(
           posixpath.join(staging, split),
           file_name_suffix=transformed.TFRECORD_SUFFIX)
     _ = transform_fn | 'WriteTransformFn' >> tft_beam.WriteTransformFn(staging)
 
-  _ = ((routed[_REJECTED], checked_eval[_REJECTED])
+  _ = ((routed[records.REJECTED], checked_eval[records.REJECTED])
        | 'AllRejected' >> beam.Flatten()
-       | 'RejectedToJson' >> beam.Map(json.dumps, ensure_ascii=False)
-       | 'WriteRejected' >> beam.io.WriteToText(
-           posixpath.join(staging, transformed.REJECTED_DIR, 'rejected'),
-           file_name_suffix='.jsonl'))
+       | 'Rejected' >> records.WriteDeadLetters(
+           posixpath.join(staging, rejected.DIR)))
   _ = (stats
-       | 'AllStats' >> beam.Flatten()
-       | 'SumStats' >> beam.CombineGlobally(SumCounts())
-       | 'StatsToJson' >> beam.Map(_counts_to_json)
-       | 'WriteCounts' >> beam.io.WriteToText(
-           posixpath.join(staging, '_counts'), num_shards=1,
-           shard_name_template=''))
+       | 'AllCounts' >> beam.Flatten()
+       | 'Counts' >> records.WriteCounts(staging))
 
 
 def _percentile(lengths: Dict[int, int], share: float) -> int:
@@ -311,11 +229,9 @@ def _percentile(lengths: Dict[int, int], share: float) -> int:
   return int(values[np.searchsorted(cumulative, share * cumulative[-1])])
 
 
-def summarize(counts: List[list], staging: str, max_len: int) -> Dict:
+def summarize(by_kind: Dict[str, Dict[tuple, int]], staging: str,
+              max_len: int) -> Dict:
   """stats.json from the pipeline's counts and the written transform graph."""
-  by_kind = collections.defaultdict(dict)
-  for *key, count in counts:
-    by_kind[key[0]][tuple(key[1:])] = count
   read = by_kind['read'].get((), 0)
   written = {s: by_kind['written'].get((s,), 0) for s in raw.SPLITS}
   rejected_by_reason = {k[0]: v for k, v in sorted(by_kind['rejected'].items())}
@@ -381,18 +297,16 @@ def run(argv=None):
     with beam.Pipeline(options=options) as pipeline:
       build_pipeline(pipeline, pattern, config, params, args.eval_fraction,
                      staging)
-    counts_path = posixpath.join(staging, '_counts')
-    counts = outputs.read_json(counts_path)
-    FileSystems.delete([counts_path])
+    counts = records.pop_counts(staging)
     outputs.delete_tree(posixpath.join(staging, 'tmp'))
     stats = summarize(counts, staging, params.max_len)
-    records = stats['records']
-    if records['read'] != sum(records['written'].values()) + records['rejected']:
-      raise jobs.JobError(f'counts do not reconcile: {records}')
-    if not records['written'][raw.TRAIN]:
+    totals = stats['records']
+    if totals['read'] != sum(totals['written'].values()) + totals['rejected']:
+      raise jobs.JobError(f'counts do not reconcile: {totals}')
+    if not totals['written'][raw.TRAIN]:
       raise jobs.JobError(
-          f'no record reached the train split ({records["rejected"]} of '
-          f'{records["read"]} rejected: {stats["rejected_by_reason"]})')
+          f'no record reached the train split ({totals["rejected"]} of '
+          f'{totals["read"]} rejected: {stats["rejected_by_reason"]})')
     outputs.write_json(posixpath.join(staging, transformed.STATS_FILE), stats)
     outputs.write_json(posixpath.join(staging, transformed.PARAMS_FILE), {
         'transform': dataclasses.asdict(params),
@@ -408,9 +322,9 @@ def run(argv=None):
   logging.info(
       'preprocess: read %d records in %.1f s -> train %d, eval %d, rejected '
       '%d%s; vocabulary %d ids, labels %s, p50 length %d (%.1f%% truncated '
-      'at %d); output %s', records['read'], time.time() - started,
-      records['written'][raw.TRAIN], records['written'][raw.EVAL],
-      records['rejected'], ''.join(
+      'at %d); output %s', totals['read'], time.time() - started,
+      totals['written'][raw.TRAIN], totals['written'][raw.EVAL],
+      totals['rejected'], ''.join(
           f', {n} {reason}' for reason, n in stats['rejected_by_reason'].items()),
       stats['vocabulary_size'], stats['labels']['names'],
       stats['token_length']['p50'],

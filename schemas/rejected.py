@@ -6,6 +6,8 @@ SOURCE = raw.SOURCE
 REASON = raw.REASON
 SNIPPET = raw.SNIPPET
 FIELDS = (ID, SOURCE, REASON, SNIPPET)
+# The folder of dead letters inside every job's output.
+DIR = 'rejected'
 
 SNIPPET_CHARS = 500  # enough of a raw record to recognise it, never the whole
 

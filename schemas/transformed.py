@@ -35,4 +35,3 @@ def split_file_pattern(split: str) -> str:
 
 PARAMS_FILE = 'preprocess_params.json'
 STATS_FILE = 'stats.json'
-REJECTED_DIR = 'rejected'
