@@ -31,5 +31,5 @@ setuptools.setup(
                                                'trainer', 'trainer.*',
                                                'schemas', 'schemas.*']),
     install_requires=REQUIRED,
-    extras_require={'test': ['pytest==9.2.0']},
+    extras_require={'test': ['pytest==9.2.0', 'duckdb==2.0.0']},
 )

@@ -23,6 +23,7 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
+import pyarrow as pa
 
 from pipeline import email_text
 from schemas import raw
@@ -60,6 +61,7 @@ class ReadConfig:
   csv_splittable: bool = False
   encoding: str = 'utf-8'
   max_text_bytes: int = 1 << 20
+  keep_fields: Tuple[str, ...] = ()  # passed through as raw.KEPT
 
 
 def add_reader_arguments(parser: argparse.ArgumentParser):
@@ -195,8 +197,11 @@ def _record_from_fields(fields: Dict[str, Any], config: ReadConfig,
   if label is not None and _optional_str(label) is None:
     return _rejection(record_id, source, rejected.WRONG_TYPE, payload)
   split = fields.get(config.split_field) if config.split_field else None
-  return {raw.ID: record_id, raw.SOURCE: source, raw.TEXT: text,
-          raw.LABEL: _optional_str(label), raw.SPLIT: _optional_str(split)}
+  record = {raw.ID: record_id, raw.SOURCE: source, raw.TEXT: text,
+            raw.LABEL: _optional_str(label), raw.SPLIT: _optional_str(split)}
+  if config.keep_fields:
+    record[raw.KEPT] = {name: fields.get(name) for name in config.keep_fields}
+  return record
 
 
 def _split_from_path(path: str) -> Optional[str]:
@@ -365,8 +370,10 @@ class _ParquetSource(_RecordSource):
   def read_records(self, file_name, range_tracker):
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
     config = self._config
-    wanted = [name for name in (config.text_field, config.label_field,
-                                config.id_field, config.split_field) if name]
+    wanted = list(dict.fromkeys(
+        name for name in (config.text_field, config.label_field,
+                          config.id_field, config.split_field,
+                          *config.keep_fields) if name))
     with self.open_file(file_name) as handle:
       parquet = pq.ParquetFile(handle)
       metadata = parquet.metadata
@@ -469,6 +476,66 @@ def _source_factory(fmt: str, config: ReadConfig):
   if fmt == 'tfrecord':
     return lambda path: _TFRecordSource(path, config)
   raise ReaderError(f'unknown format {fmt!r}')
+
+
+_FIELDLESS_FORMATS = ('text', 'files', 'email')
+_TYPE_SAMPLE_RECORDS = 1000
+
+
+def kept_fields_schema(pattern: str, config: ReadConfig) -> pa.Schema:
+  """The Arrow types of ``config.keep_fields``, decided before the job runs.
+
+  Parquet files declare them; for the other formats they are inferred from
+  the first records of the first file, as pyarrow infers them from Python
+  values (JSON numbers as int64 or double, CSV fields as strings). Raises
+  ReaderError when the format has no fields or a field has no value there.
+  """
+  if not config.keep_fields:
+    return pa.schema([])
+  if config.format in _FIELDLESS_FORMATS:
+    raise ReaderError(f'--keep_fields needs named fields; {config.format} '
+                      'input has none')
+  first = FileSystems.match([pattern])[0].metadata_list[0].path
+  if config.format == 'parquet':
+    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    with FileSystems.open(first) as handle:
+      declared = pq.ParquetFile(handle).schema_arrow
+    missing = [n for n in config.keep_fields if n not in declared.names]
+    if missing:
+      raise ReaderError(f'--keep_fields: {first} has no field {missing[0]!r}')
+    return pa.schema([declared.field(n) for n in config.keep_fields])
+  source = _source_factory(config.format, config)(first)
+  sample = []
+  for record in source.read(source.get_range_tracker(None, None)):
+    if raw.KEPT in record:
+      sample.append(record[raw.KEPT])
+    if len(sample) == _TYPE_SAMPLE_RECORDS:
+      break
+  fields = []
+  for name in config.keep_fields:
+    values = [row[name] for row in sample if row[name] is not None]
+    if not values:
+      raise ReaderError(f'--keep_fields: no value of {name!r} in the first '
+                        f'{_TYPE_SAMPLE_RECORDS} records of {first} to tell '
+                        'its type from')
+    try:
+      arrow_type = pa.array(values).type
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+      # Mixed types: the first value's type wins, and the job rejects the
+      # records whose value does not fit it.
+      arrow_type = pa.array(values[:1]).type
+    fields.append(pa.field(name, arrow_type))
+  return pa.schema(fields)
+
+
+def conforms(value: Any, arrow_type: pa.DataType) -> bool:
+  """Whether a kept value fits the column type decided for it."""
+  try:
+    pa.array([value], type=arrow_type)
+    return True
+  except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError,
+          OverflowError):
+    return False
 
 
 class ReadRecords(beam.PTransform):

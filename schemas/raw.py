@@ -16,6 +16,9 @@ SOURCE = 'source'
 # record to the dead letters instead of processing it.
 REASON = 'reason'
 SNIPPET = 'snippet'
+# Input fields a job passes through to its output untouched (--keep_fields),
+# as a dict of field name to value.
+KEPT = 'kept'
 
 # Inputs of the transform graph. The id and the text also pass through it so
 # that the trainer can evaluate the exported raw-text model on the eval split.

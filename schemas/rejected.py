@@ -22,3 +22,4 @@ MISSING_LABEL = 'missing_label'          # absent or empty label
 UNKNOWN_SPLIT = 'unknown_split'          # a split value we cannot map
 MISSING_SPLIT = 'missing_split'          # --split_field given, value absent
 LABEL_NOT_IN_TRAIN = 'label_not_in_train'  # eval label the model cannot know
+INFERENCE_FAILED = 'inference_failed'    # the model raised on its batch

@@ -2,6 +2,8 @@
 import json
 import os
 import pathlib
+import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,3 +64,46 @@ def run_and_collect(build):
       with open(os.path.join(folder, name), encoding='utf-8') as handle:
         lines.extend(handle)
   return [json.loads(line) for line in lines]
+
+
+POSITIVE = ['great', 'superb', 'wonderful', 'moving', 'brilliant', 'loved']
+NEGATIVE = ['awful', 'boring', 'dull', 'terrible', 'waste', 'hated']
+NEUTRAL = ['film', 'plot', 'actor', 'scene', 'the', 'a', 'story', 'music',
+           'camera', 'ending', 'director', 'cast']
+
+
+def synthetic_reviews(count, seed):
+  """Short reviews whose label two cue words give away."""
+  rng = random.Random(seed)
+  rows = []
+  for i in range(count):
+    label = 'pos' if i % 2 else 'neg'
+    cues = POSITIVE if label == 'pos' else NEGATIVE
+    words = [rng.choice(NEUTRAL) for _ in range(rng.randint(8, 30))]
+    for _ in range(2):
+      words.insert(rng.randrange(len(words)), rng.choice(cues))
+    rows.append({'id': f'{seed}-{i}', 'text': ' '.join(words),
+                 'label': label, 'split': 'train' if seed == 0 else 'test'})
+  return rows
+
+
+@pytest.fixture(scope='session')
+def trained(tmp_path_factory):
+  """Preprocesses synthetic reviews, trains briefly, exports; then deletes
+  the preprocessing output so everything after must live in the export.
+  Returns (model_dir, export_dir, metrics)."""
+  from pipeline import preprocess
+  from trainer import train
+  folder = tmp_path_factory.mktemp('trainer')
+  with open(folder / 'reviews.jsonl', 'w') as handle:
+    for row in synthetic_reviews(600, 0) + synthetic_reviews(200, 1):
+      handle.write(json.dumps(row) + '\n')
+  data_dir = folder / 'preprocessed'
+  preprocess.run([f'--input={folder}/reviews.jsonl', f'--output_dir={data_dir}',
+                  '--split_field=split', '--max_len=24'])
+  model_dir = folder / 'model'
+  metrics, export_dir = train.run([
+      f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--epochs=4',
+      '--batch_size=16', '--embed_dim=16', '--ff_dim=16', '--seed=7'])
+  shutil.rmtree(data_dir)
+  return model_dir, export_dir, metrics

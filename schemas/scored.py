@@ -1,0 +1,57 @@
+"""Scored documents: the Parquet files and the manifest the scoring job writes.
+
+One row a scored document. The probability of each class has a column of its
+own, so that a SQL user reads any class's probability without a join or a
+second file: ``probability_<label>``. Fields passed through with
+``--keep_fields`` follow, with the types they had in the input.
+"""
+import re
+from typing import List
+
+import pyarrow as pa
+
+from schemas import raw
+
+ID = raw.ID
+LABEL = 'label'
+CONFIDENCE = 'confidence'
+MODEL_VERSION = 'model_version'
+SCORED_AT = 'scored_at'
+PROBABILITY_PREFIX = 'probability_'
+
+MANIFEST_FILE = 'manifest.json'
+FILE_SUFFIX = '.parquet'
+FILE_PREFIX = 'part'
+
+
+def probability_column(label_name: str) -> str:
+  """A label's probability column, named so that SQL needs no quoting."""
+  return PROBABILITY_PREFIX + (
+      re.sub(r'[^0-9a-z]+', '_', label_name.lower()).strip('_') or 'blank')
+
+
+def probability_columns(label_names: List[str]) -> List[str]:
+  columns = [probability_column(name) for name in label_names]
+  if len(set(columns)) != len(columns):
+    raise ValueError(f'labels {label_names} give clashing column names '
+                     f'{columns}')
+  return columns
+
+
+def arrow_schema(label_names: List[str], kept: pa.Schema) -> pa.Schema:
+  """The Parquet schema for a model's labels and the kept input fields."""
+  fields = [
+      pa.field(ID, pa.string(), nullable=False),
+      pa.field(LABEL, pa.string(), nullable=False),
+      pa.field(CONFIDENCE, pa.float32(), nullable=False),
+      *(pa.field(column, pa.float32(), nullable=False)
+        for column in probability_columns(label_names)),
+      pa.field(MODEL_VERSION, pa.int64(), nullable=False),
+      pa.field(SCORED_AT, pa.timestamp('us', tz='UTC'), nullable=False),
+  ]
+  taken = {field.name for field in fields}
+  clashes = [name for name in kept.names if name in taken]
+  if clashes:
+    raise ValueError(f'kept field {clashes[0]!r} has the name of an output '
+                     'column')
+  return pa.schema(fields + list(kept))
