@@ -1,4 +1,4 @@
-# make run  - set up .venv, fetch IMDB, run the jobs end to end
+# make run  - set up .venv, fetch IMDB, run the three jobs end to end
 # make test - set up .venv, run the test suite
 PYTHON ?= python3
 VENV := .venv
@@ -10,7 +10,7 @@ DATASET_CACHE ?= $(if $(wildcard $(SHARED_DATASETS)/SHA256SUMS),$(SHARED_DATASET
 DATA := data
 OUT := out
 
-.PHONY: install run test bench bench-train clean
+.PHONY: install run test bench bench-train bench-score clean
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ run: install
 	    --model_dir=$(OUT)/imdb/model --epochs=2 --decay
 	$(PY) -m trainer.predict --model_dir=$(OUT)/imdb/model \
 	    "A moving, beautifully acted film." "Two hours I will never get back."
+	$(PY) -m pipeline.score --input=$(DATA)/aclImdb/test \
+	    --model_dir=$(OUT)/imdb/model --output_dir=$(OUT)/imdb/scores \
+	    --partition=dt=$$(date -u +%F)
 
 test: install
 	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests
@@ -38,6 +41,9 @@ bench: install
 
 bench-train: install
 	DATASET_CACHE=$(DATASET_CACHE) $(PY) bench/train.py
+
+bench-score: install
+	DATASET_CACHE=$(DATASET_CACHE) $(PY) bench/score.py
 
 clean:
 	rm -rf $(OUT) build dist *.egg-info

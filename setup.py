@@ -19,6 +19,8 @@ REQUIRED = [
     'matplotlib==3.11.2',
 ]
 
+DASK = ['dask==2026.8.0', 'distributed==2026.8.0']
+
 setuptools.setup(
     name='beam-text-classifier',
     version='0.1.0',
@@ -31,5 +33,9 @@ setuptools.setup(
                                                'trainer', 'trainer.*',
                                                'schemas', 'schemas.*']),
     install_requires=REQUIRED,
-    extras_require={'test': ['pytest==9.2.0', 'duckdb==2.0.0']},
+    extras_require={
+        # Beam's DaskRunner: the client and every worker of the cluster.
+        'dask': DASK,
+        'test': ['pytest==9.2.0', 'duckdb==2.0.0'] + DASK,
+    },
 )

@@ -1,0 +1,142 @@
+"""Benchmark: the scoring job against a plain loop over the same model.
+
+For each corpus size, a JSONL corpus drawn from the 50,000 IMDB reviews
+(cycled, each copy with its own id) is scored twice, each in its own
+process so that peak memory is measured apart:
+
+- baseline: the exported signature called in a Python loop over the same
+  texts, in batches of the same size, in one process;
+- ours: ``python -m pipeline.score`` with the default runner (FnApiRunner),
+  in memory and, with --modes, in multi_processing mode with a worker per
+  core, writing partitioned Parquet, dead letters and the manifest.
+
+    python bench/score.py [--model_dir=DIR] [--sizes=100000,1000000]
+        [--modes=in_memory,multi_processing]
+
+Without --model_dir, the seed-configuration model is trained first, as
+``bench/train.py --only imdb_seed`` trains it.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import argument_parser  # pylint: disable=wrong-import-position
+from common import machine  # pylint: disable=wrong-import-position
+from common import run_process  # pylint: disable=wrong-import-position
+from train import RUNS  # pylint: disable=wrong-import-position
+
+_DOCS_PER_FILE = 100_000
+
+
+def write_corpus(reviews_dir: str, folder: str, size: int) -> str:
+  """``size`` documents in JSONL files of 100,000; returns the file pattern."""
+  paths = sorted(glob.glob(os.path.join(reviews_dir, '*', '*', '*.txt')))
+  texts = []
+  for path in paths:
+    with open(path, encoding='utf-8') as handle:
+      texts.append(handle.read())
+  os.makedirs(folder, exist_ok=True)
+  for start in range(0, size, _DOCS_PER_FILE):
+    name = os.path.join(folder, f'docs-{start // _DOCS_PER_FILE:03d}.jsonl')
+    with open(name, 'w', encoding='utf-8') as out:
+      for index in range(start, min(start + _DOCS_PER_FILE, size)):
+        out.write(json.dumps({'id': f'doc-{index}',
+                              'text': texts[index % len(texts)]}) + '\n')
+  return os.path.join(folder, '*.jsonl')
+
+
+def baseline(pattern: str, model_dir: str, batch_size: int) -> None:
+  """The in-process loop: read, batch, call the signature, nothing else."""
+  # Imported here: only the baseline's own process loads TensorFlow.
+  from trainer import export  # pylint: disable=import-outside-toplevel
+  signature, _ = export.load(model_dir)
+  batch, documents = [], 0
+
+  def score(texts):
+    outputs = signature(text=texts)
+    outputs['probabilities'].numpy()
+
+  for path in sorted(glob.glob(pattern)):
+    with open(path, encoding='utf-8') as handle:
+      for line in handle:
+        batch.append(json.loads(line)['text'].encode('utf-8'))
+        if len(batch) == batch_size:
+          score(batch)
+          documents += len(batch)
+          batch = []
+  if batch:
+    score(batch)
+    documents += len(batch)
+  print(json.dumps({'documents': documents}))
+
+
+def seed_model(work: str, cache: str) -> str:
+  _, _, preprocess_flags, train_flags = RUNS['imdb_seed']
+  data_dir = os.path.join(work, 'preprocessed')
+  model_dir = os.path.join(work, 'model')
+  python = sys.executable
+  run_process([python, '-m', 'pipeline.preprocess',
+               f'--input={os.path.join(work, "aclImdb")}',
+               f'--output_dir={data_dir}'] + preprocess_flags)
+  run_process([python, '-m', 'trainer.train', f'--data_dir={data_dir}',
+               f'--model_dir={model_dir}'] + train_flags)
+  return model_dir
+
+
+def main():
+  parser = argument_parser(__doc__.split('\n\n')[0])
+  parser.add_argument('--model_dir', default=None)
+  parser.add_argument('--sizes', default='100000,1000000')
+  parser.add_argument('--batch_size', type=int, default=256)
+  parser.add_argument('--modes', default='in_memory',
+                      help='Comma-separated DirectRunner running modes for '
+                      'our job: in_memory, multi_processing.')
+  # Set when this file runs itself as the baseline's process.
+  parser.add_argument('--baseline', default=None, help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.baseline:
+    baseline(args.baseline, args.model_dir, args.batch_size)
+    return
+  work = args.work or tempfile.mkdtemp(prefix='bench-score-')
+  python = sys.executable
+  print(f'machine: {machine()}', flush=True)
+  run_process([python, '-m', 'pipeline.datasets', 'fetch', 'imdb', '--dest',
+               work, '--cache', args.cache])
+  model_dir = args.model_dir or seed_model(work, args.cache)
+  results = {}
+  for size in (int(s) for s in args.sizes.split(',')):
+    pattern = write_corpus(os.path.join(work, 'aclImdb'),
+                           os.path.join(work, f'corpus-{size}'), size)
+    base_wall, base_peak = run_process([
+        python, os.path.abspath(__file__), f'--baseline={pattern}',
+        f'--model_dir={model_dir}', f'--batch_size={args.batch_size}'])
+    results[size] = {'baseline': {
+        'wall_s': round(base_wall, 1), 'docs_per_s': round(size / base_wall),
+        'peak_mib': round(base_peak)}}
+    for mode in args.modes.split(','):
+      workers = os.cpu_count() if mode == 'multi_processing' else 1
+      wall, peak = run_process([
+          python, '-m', 'pipeline.score', f'--input={pattern}',
+          f'--model_dir={model_dir}', f'--output_dir={work}/scores',
+          f'--partition=size={size}', f'--batch_size={args.batch_size}',
+          f'--direct_running_mode={mode}', f'--direct_num_workers={workers}'])
+      with open(os.path.join(work, 'scores', f'size={size}',
+                             'manifest.json')) as handle:
+        counts = json.load(handle)['counts']
+      assert counts['scored'] == size, counts
+      results[size][mode] = {
+          'wall_s': round(wall, 1), 'docs_per_s': round(size / wall),
+          'peak_mib': round(peak),
+          'throughput_ratio': round(base_wall / wall, 3)}
+    print(size, json.dumps(results[size]), flush=True)
+    for path in glob.glob(os.path.join(work, f'corpus-{size}', '*')):
+      os.remove(path)
+  print(json.dumps(results, indent=2))
+
+
+if __name__ == '__main__':
+  main()
