@@ -11,6 +11,7 @@ import os
 import posixpath
 import sys
 import uuid
+from typing import Optional
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
@@ -89,19 +90,26 @@ class StagedOutput:
     self.staging_dir = posixpath.join(
         self._staging_root, f'{name}-{uuid.uuid4().hex[:12]}')
 
-  def create(self) -> str:
-    """Creates the staging folder, proving the location writable."""
+  def create(self, input_pattern: Optional[str] = None) -> str:
+    """Creates the staging folder, proving the location writable (and
+    outside ``input_pattern``); on failure, nothing is left behind."""
     try:
-      FileSystems.mkdirs(self.staging_dir)
-      probe = FileSystems.join(self.staging_dir, '.probe')
-      FileSystems.create(probe).close()
-      FileSystems.delete([probe])
-    except Exception as error:  # pylint: disable=broad-except
-      raise OutputError(
-          f'cannot write to {self.final_dir}: {error}') from error
+      try:
+        FileSystems.mkdirs(self.staging_dir)
+        probe = FileSystems.join(self.staging_dir, '.probe')
+        FileSystems.create(probe).close()
+        FileSystems.delete([probe])
+      except Exception as error:  # pylint: disable=broad-except
+        raise OutputError(
+            f'cannot write to {self.final_dir}: {error}') from error
+      if input_pattern:
+        self._check_outside(input_pattern)
+    except OutputError:
+      self.discard()
+      raise
     return self.staging_dir
 
-  def check_outside(self, pattern: str) -> None:
+  def _check_outside(self, pattern: str) -> None:
     """Fails if files staged here would match ``pattern``: a job reading its
     own output would never finish the same way twice."""
     probe = FileSystems.join(self.staging_dir, 'overlap-probe')

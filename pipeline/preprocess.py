@@ -286,10 +286,8 @@ def run(argv=None):
     raise jobs.JobError('--eval_fraction must be in [0, 1)')
   output = outputs.StagedOutput(args.output_dir)
   try:
-    staging = output.create()
-    output.check_outside(pattern)
+    staging = output.create(input_pattern=pattern)
   except outputs.OutputError as error:
-    output.discard()
     raise jobs.JobError(str(error)) from error
 
   try:

@@ -266,10 +266,8 @@ def run(argv=None):
 
   output = outputs.StagedOutput(final_dir)
   try:
-    staging = output.create()
-    output.check_outside(pattern)
+    staging = output.create(input_pattern=pattern)
   except outputs.OutputError as error:
-    output.discard()
     raise jobs.JobError(str(error)) from error
 
   try:

@@ -1,0 +1,212 @@
+"""The jobs beyond one process: our package installed from its sdist in a
+clean virtual environment, Beam's portable job service with an EXTERNAL
+worker pool (the way Flink and Spark run Python workers), and a
+dask.distributed cluster through Beam's DaskRunner."""
+import contextlib
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import preprocess
+from pipeline import score
+from schemas import rejected
+from schemas import scored
+from tests.conftest import REPO
+from tests.conftest import synthetic_reviews
+
+
+def free_port() -> int:
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    return probe.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout=120):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    assert process.poll() is None, f'{process.args} exited'
+    with contextlib.suppress(OSError), socket.create_connection(
+        ('127.0.0.1', port), timeout=1):
+      return
+    time.sleep(0.3)
+  raise TimeoutError(f'nothing listens on {port}')
+
+
+@contextlib.contextmanager
+def running(command, port, **kwargs):
+  process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, **kwargs)
+  try:
+    wait_for_port(port, process)
+    yield process
+  finally:
+    process.terminate()
+    try:
+      process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+      process.kill()
+
+
+@pytest.fixture(scope='module')
+def sdist_env(tmp_path_factory):
+  """A virtual environment holding our package only as installed from the
+  sdist that ``--setup_file`` builds; the heavy dependencies (TF, Beam) are
+  borrowed from the test's own environment through a .pth file, which does
+  not carry over our editable install."""
+  folder = tmp_path_factory.mktemp('sdist')
+  subprocess.run([sys.executable, 'setup.py', '-q', 'sdist', '--dist-dir',
+                  str(folder / 'dist')], cwd=REPO, check=True,
+                 capture_output=True)
+  (sdist,) = glob.glob(str(folder / 'dist' / '*.tar.gz'))
+  venv = folder / 'venv'
+  subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)],
+                 check=True)
+  python = venv / 'bin' / 'python'
+  site = subprocess.run(
+      [python, '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))'],
+      check=True, capture_output=True, text=True).stdout.strip()
+  with open(os.path.join(site, 'borrowed_dependencies.pth'), 'w') as handle:
+    handle.write(sysconfig.get_path('purelib') + '\n')
+  subprocess.run([python, '-m', 'pip', 'install', '--quiet', '--no-deps',
+                  '--no-index', '--no-build-isolation', sdist],
+                 cwd=folder, check=True, capture_output=True)
+  return venv, folder
+
+
+def test_package_installs_from_its_sdist(sdist_env):
+  venv, folder = sdist_env
+  found = subprocess.run(
+      [venv / 'bin' / 'python', '-c',
+       'import pipeline.score, pipeline.preprocess, trainer.train, '
+       'schemas.scored; print(pipeline.__file__)'],
+      cwd=folder, check=True, capture_output=True, text=True).stdout
+  assert found.startswith(str(venv)), found
+  usage = subprocess.run([venv / 'bin' / 'python', '-m', 'pipeline.score',
+                          '--help'], cwd=folder, capture_output=True,
+                         text=True)
+  assert usage.returncode == 0 and '--partition' in usage.stdout
+
+
+@pytest.fixture(scope='module')
+def portable_runner(sdist_env):
+  """Beam's job service and an EXTERNAL worker pool on 127.0.0.1; the pool
+  starts SDK workers with the `python` on its PATH: the sdist environment's."""
+  venv, folder = sdist_env
+  job_port, pool_port = free_port(), free_port()
+  env = dict(os.environ, PATH=f'{venv / "bin"}{os.pathsep}{os.environ["PATH"]}')
+  env.pop('PYTHONPATH', None)
+  with running([sys.executable, '-m',
+                'apache_beam.runners.portability.local_job_service_main',
+                f'--port={job_port}'], job_port), running(
+                    [venv / 'bin' / 'python', '-m',
+                     'apache_beam.runners.worker.worker_pool_main',
+                     f'--service_port={pool_port}'], pool_port, env=env,
+                    cwd=folder):
+    yield ['--runner=PortableRunner', f'--job_endpoint=localhost:{job_port}',
+           '--environment_type=EXTERNAL',
+           f'--environment_config=localhost:{pool_port}',
+           f'--setup_file={REPO / "setup.py"}']
+
+
+def write_reviews(path, rows):
+  with open(path, 'w', encoding='utf-8') as handle:
+    for row in rows:
+      handle.write(json.dumps(row) + '\n')
+  return path
+
+
+def scored_rows(output_dir):
+  """The scored rows, in id order."""
+  table = pa.concat_tables(
+      pq.read_table(path) for path in glob.glob(f'{output_dir}/*.parquet'))
+  return table.sort_by(scored.ID).to_pylist()
+
+
+def assert_same_scores(ours, reference):
+  """Same documents, labels and model; probabilities equal up to float
+  rounding (batches differ between runners, and with them TF's kernels)."""
+  assert len(ours) == len(reference)
+  for mine, theirs in zip(ours, reference):
+    for column, value in theirs.items():
+      if column.startswith(scored.PROBABILITY_PREFIX) or (
+          column == scored.CONFIDENCE):
+        assert mine[column] == pytest.approx(value, abs=1e-5)
+      elif column != scored.SCORED_AT:
+        assert mine[column] == value, column
+
+
+def test_preprocess_on_the_portable_runner(portable_runner, tmp_path):
+  corpus = write_reviews(tmp_path / 'reviews.jsonl', synthetic_reviews(
+      120, 0) + synthetic_reviews(40, 1) + [{'id': 'bad', 'text': ' '}])
+  stats = preprocess.run([f'--input={corpus}',
+                          f'--output_dir={tmp_path / "pre"}',
+                          '--split_field=split', '--max_len=24',
+                          *portable_runner])
+  assert stats['records'] == {'read': 161, 'rejected': 1,
+                              'written': {'train': 120, 'eval': 40}}
+  assert sorted(stats['labels']['names']) == ['neg', 'pos']
+  assert glob.glob(str(tmp_path / 'pre' / 'train-*.tfrecord.gz'))
+
+
+def score_on_and_off(runner_args, trained, tmp_path, rows):
+  """Scores the same corpus on a runner and on the default one; checks that
+  they agree and returns the runner's manifest."""
+  model_dir, _, _ = trained
+  corpus = write_reviews(tmp_path / 'docs.jsonl', rows)
+  common = [f'--input={corpus}', f'--model_dir={model_dir}',
+            '--batch_size=16']
+  ours = score.run(common + [f'--output_dir={tmp_path / "runner"}',
+                             *runner_args])
+  default = score.run(common + [f'--output_dir={tmp_path / "default"}'])
+  assert ours['counts'] == default['counts']
+  assert_same_scores(scored_rows(tmp_path / 'runner'),
+                     scored_rows(tmp_path / 'default'))
+  assert dead_letters(tmp_path / 'runner') == dead_letters(
+      tmp_path / 'default')
+  return ours
+
+
+def dead_letters(output_dir):
+  lines = []
+  for path in glob.glob(f'{output_dir}/{rejected.DIR}/*.jsonl'):
+    with open(path, encoding='utf-8') as handle:
+      lines.extend(json.loads(line) for line in handle)
+  return sorted(lines, key=json.dumps)
+
+
+def test_score_on_the_portable_runner(portable_runner, trained, tmp_path):
+  manifest = score_on_and_off(portable_runner, trained, tmp_path,
+                              synthetic_reviews(60, 2))
+  assert manifest['counts']['scored'] == 60
+
+
+@pytest.fixture(scope='module')
+def dask_cluster():
+  """A dask.distributed scheduler and two single-threaded worker processes."""
+  port = free_port()
+  with running([sys.executable, '-m', 'distributed.cli.dask_scheduler',
+                '--host=127.0.0.1', f'--port={port}', '--no-dashboard'],
+               port), running(
+                   [sys.executable, '-m', 'distributed.cli.dask_worker',
+                    f'tcp://127.0.0.1:{port}', '--nworkers=2', '--nthreads=1',
+                    '--no-dashboard'], port, cwd=REPO):
+    yield ['--runner=pipeline.dask_runner.DaskRunner',
+           f'--dask_client_address=127.0.0.1:{port}']
+
+
+def test_score_on_dask_matches_the_direct_runner(dask_cluster, trained,
+                                                 tmp_path):
+  manifest = score_on_and_off(dask_cluster, trained, tmp_path,
+                              synthetic_reviews(60, 3) +
+                              [{'id': 'bad', 'text': ''}])
+  assert manifest['counts']['scored'] == 60
+  assert manifest['counts']['rejected'] == 1
