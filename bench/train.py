@@ -21,7 +21,8 @@ from common import run_process  # pylint: disable=wrong-import-position
 
 # name: (corpus, input below the corpus folder, preprocess flags, train flags)
 RUNS = {
-    'imdb_seed': ('imdb', '', ['--vocab_size=20000', '--max_len=200'],
+    'imdb_seed': ('imdb', '', ['--vocab_size=20000', '--max_len=200',
+                               '--drop_punctuation'],
                   ['--epochs=2', '--decay']),
     'imdb_best': ('imdb', '', ['--vocab_size=30000', '--max_len=400'], [
         '--epochs=4', '--batch_size=64', '--learning_rate=2e-3',

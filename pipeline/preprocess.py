@@ -67,6 +67,9 @@ def parse_args(argv):
                       default=defaults.truncation,
                       help='Tokens kept from a document longer than max_len: '
                       'the first, the last, or half of each.')
+  parser.add_argument('--drop_punctuation', action='store_true',
+                      help='Drop punctuation and symbols instead of making '
+                      'them tokens.')
   return parser.parse_known_args(argv)
 
 
@@ -279,7 +282,8 @@ def run(argv=None):
     params = transform.TransformParams(
         vocab_size=args.vocab_size, min_frequency=args.min_frequency,
         max_len=args.max_len, max_token_chars=args.max_token_chars,
-        truncation=args.truncation)
+        truncation=args.truncation,
+        keep_punctuation=not args.drop_punctuation)
   except (readers.ReaderError, ValueError) as error:
     raise jobs.JobError(str(error)) from error
   if not 0.0 <= args.eval_fraction < 1.0:

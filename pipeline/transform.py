@@ -45,6 +45,9 @@ class TransformParams:
   max_len: int = 200            # tokens kept per document
   max_token_chars: int = 50     # longer tokens are cut to this many characters
   truncation: str = 'head_tail'  # which tokens of a long document to keep
+  # Punctuation and symbols as tokens of their own, or dropped: dropping
+  # them lets max_len tokens cover more words.
+  keep_punctuation: bool = True
 
   def __post_init__(self):
     if self.vocab_size <= transformed.NUM_RESERVED_IDS:
@@ -56,16 +59,19 @@ class TransformParams:
       raise ValueError(f'truncation must be one of {TRUNCATIONS}')
 
 
-def normalize(text: tf.Tensor) -> tf.Tensor:
-  """Lower case, HTML tags removed, punctuation split off as its own tokens."""
+def normalize(text: tf.Tensor, keep_punctuation: bool = True) -> tf.Tensor:
+  """Lower case, HTML tags removed, punctuation split off as its own tokens
+  (or replaced by spaces)."""
   text = tf.strings.lower(text, encoding='utf-8')
   text = tf.strings.regex_replace(text, _HTML_TAG, ' ')
-  return tf.strings.regex_replace(text, _PUNCTUATION, r' \1 ')
+  return tf.strings.regex_replace(text, _PUNCTUATION,
+                                  r' \1 ' if keep_punctuation else ' ')
 
 
-def tokenize(text: tf.Tensor, max_token_chars: int) -> tf.RaggedTensor:
+def tokenize(text: tf.Tensor, max_token_chars: int,
+             keep_punctuation: bool = True) -> tf.RaggedTensor:
   """Whitespace tokens of normalized text, each cut to max_token_chars."""
-  tokens = tf.strings.split(normalize(text))
+  tokens = tf.strings.split(normalize(text, keep_punctuation))
   # A 200 kB "word" (base64, a URL run) would otherwise land in the
   # vocabulary file whole.
   return tf.strings.substr(tokens, 0, max_token_chars, unit='UTF8_CHAR')
@@ -74,7 +80,8 @@ def tokenize(text: tf.Tensor, max_token_chars: int) -> tf.RaggedTensor:
 def make_preprocessing_fn(params: TransformParams):
   """The TFT preprocessing_fn for these parameters."""
   def preprocessing_fn(inputs):
-    tokens = tokenize(inputs[raw.TEXT], params.max_token_chars)
+    tokens = tokenize(inputs[raw.TEXT], params.max_token_chars,
+                      params.keep_punctuation)
     flat_tokens = tokens.flat_values
     # Unit weights make TFT count tokens per batch inside the graph and ship
     # (token, count) pairs to Beam, rather than every occurrence; same

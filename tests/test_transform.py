@@ -25,6 +25,13 @@ def test_normalize_lowercases_strips_tags_splits_punctuation():
       'don', "'", 't', 'écoute', '—', 'now', '.']
 
 
+def test_punctuation_can_be_dropped():
+  dropped = [t.decode() for t in transform.tokenize(
+      tf.constant(["Don't ÉCOUTE—now. 5$!"]), 50,
+      keep_punctuation=False).to_list()[0]]
+  assert dropped == ['don', 't', 'écoute', 'now', '5']
+
+
 def test_stray_angle_bracket_does_not_swallow_text():
   assert tokens('3 < 4 and it is fine') == ['3', '<', '4', 'and', 'it', 'is',
                                             'fine']
