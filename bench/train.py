@@ -30,7 +30,8 @@ RUNS = {
         '--dropout=0.2', '--ff_dim=64', '--patience=1']),
     'spamassassin': ('spamassassin', '*/*', [
         '--format=email', '--eval_fraction=0.2', '--max_len=400'],
-                     ['--epochs=8', '--patience=2']),
+                     ['--epochs=10', '--decay', '--learning_rate=2e-3',
+                      '--patience=3']),
     'sms': ('sms', 'sms.csv', ['--eval_fraction=0.2', '--max_len=100'],
             ['--epochs=10', '--decay', '--learning_rate=2e-3',
              '--patience=3']),
