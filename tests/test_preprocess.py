@@ -150,7 +150,8 @@ def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
   params = json.loads((output / transformed.PARAMS_FILE).read_text())
   assert params['transform'] == {'vocab_size': 6, 'min_frequency': 1,
                                  'max_len': 6, 'max_token_chars': 50,
-                                 'truncation': 'head_tail'}
+                                 'truncation': 'head_tail',
+                                 'keep_punctuation': True}
   assert params['read_config']['format'] == 'jsonl'
   assert params['read_config']['split_field'] == 'split'
   assert not [p for p in os.listdir(output.parent) if 'staging' in p]
