@@ -6,6 +6,8 @@ from typing import Callable, List, Optional
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 
+from pipeline import outputs
+
 # DirectRunner first tries to download the Prism runner, which an offline or
 # locked-down machine cannot do; FnApiRunner is the engine DirectRunner then
 # falls back to for batch pipelines, so it is our default. Any --runner given
@@ -23,6 +25,17 @@ def pipeline_options(pipeline_args: List[str]) -> PipelineOptions:
   if standard.runner is None:
     standard.runner = DEFAULT_RUNNER
   return options
+
+
+def stage_output(final_dir: str, input_pattern: str) -> outputs.StagedOutput:
+  """A created staging folder for a job's output; a JobError when the output
+  cannot be written or lies inside the input."""
+  output = outputs.StagedOutput(final_dir)
+  try:
+    output.create(input_pattern=input_pattern)
+  except outputs.OutputError as error:
+    raise JobError(str(error)) from error
+  return output
 
 
 def main(run: Callable[[Optional[List[str]]], object]) -> None:

@@ -288,11 +288,8 @@ def run(argv=None):
     raise jobs.JobError(str(error)) from error
   if not 0.0 <= args.eval_fraction < 1.0:
     raise jobs.JobError('--eval_fraction must be in [0, 1)')
-  output = outputs.StagedOutput(args.output_dir)
-  try:
-    staging = output.create(input_pattern=pattern)
-  except outputs.OutputError as error:
-    raise jobs.JobError(str(error)) from error
+  output = jobs.stage_output(args.output_dir, pattern)
+  staging = output.staging_dir
 
   try:
     options = jobs.pipeline_options(pipeline_args)

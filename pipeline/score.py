@@ -264,11 +264,8 @@ def run(argv=None):
   except (readers.ReaderError, export.ExportError, ValueError) as error:
     raise jobs.JobError(str(error)) from error
 
-  output = outputs.StagedOutput(final_dir)
-  try:
-    staging = output.create(input_pattern=pattern)
-  except outputs.OutputError as error:
-    raise jobs.JobError(str(error)) from error
+  output = jobs.stage_output(final_dir, pattern)
+  staging = output.staging_dir
 
   try:
     options = jobs.pipeline_options(pipeline_args)
