@@ -5,9 +5,11 @@ import json
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from schemas import transformed
 from tests.conftest import run_module
+from trainer import data as data_lib
 from trainer import evaluate
 from trainer import export
 from trainer import model as model_lib
@@ -89,7 +91,8 @@ def test_padding_does_not_change_attention_or_pooling(mode):
 
 def test_prediction_does_not_depend_on_padded_length():
   params = model_lib.ModelParams(embed_dim=8, num_heads=2, ff_dim=8,
-                                 positions='sinusoidal', dropout=0.0)
+                                 positions='sinusoidal', dropout=0.0,
+                                 bigram_buckets=13)
   short = model_lib.build_model(50, 10, 3, params)
   long = model_lib.build_model(50, 30, 3, params)
   long.set_weights(short.get_weights())
@@ -109,9 +112,40 @@ def test_embedding_shapes_mask_and_positions():
   np.testing.assert_allclose(table[0], [0, 1, 0, 1, 0, 1])
 
 
+def test_bigram_embedding_adds_each_real_pair_and_nothing_at_padding():
+  layer = model_lib.TokenAndPositionEmbedding(4, 40, 6, 'sinusoidal',
+                                              bigram_buckets=7)
+  ids = np.array([[4, 5, 6, 0]])
+  embedded = np.asarray(layer(ids))
+  unigrams = (np.asarray(layer.token_embedding(ids)) +
+              model_lib.sinusoidal_positions(4, 6))
+  pairs = np.asarray(layer.bigram_embedding(
+      np.array([(4 * 40 + 5) % 7, (5 * 40 + 6) % 7])))
+  np.testing.assert_allclose(embedded[0, :2], unigrams[0, :2] + pairs,
+                             atol=1e-6)
+  # The last word's pair and the padding's reach padding: unigrams only.
+  np.testing.assert_allclose(embedded[0, 2:], unigrams[0, 2:], atol=1e-6)
+  # The same words in another order are another set of pairs.
+  swapped = np.asarray(layer(np.array([[5, 4, 6, 0]])))
+  assert not np.allclose(swapped.sum(axis=1), embedded.sum(axis=1), atol=1e-4)
+
+
+def test_token_dropout_hides_real_tokens_only_while_training():
+  layer = model_lib.TokenDropout(0.3, seed=3)
+  ids = np.random.RandomState(0).randint(2, 50, size=(64, 40))
+  ids[:, 30:] = transformed.PAD_ID
+  dropped = np.asarray(layer(ids, training=True))
+  changed = dropped != ids
+  assert (dropped[changed] == transformed.OOV_ID).all()
+  assert not changed[:, 30:].any()
+  assert 0.25 < changed[:, :30].mean() < 0.35
+  np.testing.assert_array_equal(layer(ids, training=False), ids)
+
+
 def test_model_saves_and_reloads_with_its_custom_layers(tmp_path):
   params = model_lib.ModelParams(embed_dim=8, num_heads=2, ff_dim=8,
-                                 num_layers=2, pooling='max')
+                                 num_layers=2, pooling='max',
+                                 bigram_buckets=11, token_dropout=0.2)
   model = model_lib.build_model(30, 7, 4, params)
   ids = np.random.randint(0, 30, size=(3, 7))
   model.save(tmp_path / 'model.keras')
@@ -119,6 +153,25 @@ def test_model_saves_and_reloads_with_its_custom_layers(tmp_path):
   np.testing.assert_allclose(model.predict(ids, verbose=0),
                              reloaded.predict(ids, verbose=0), atol=1e-6)
   assert [l.name for l in reloaded.layers] == [l.name for l in model.layers]
+  assert reloaded.get_layer('embedding').bigram_buckets == 11
+  assert reloaded.get_layer('token_dropout').rate == 0.2
+
+
+def test_length_buckets_cut_padding_only_and_keep_every_example():
+  lengths = np.arange(50) % 20 + 1
+  token_ids = np.zeros((50, 20), dtype=np.int64)
+  for row, length in enumerate(lengths):
+    token_ids[row, :length] = np.arange(length) + 2
+  examples = tf.data.Dataset.from_tensor_slices((token_ids, np.arange(50)))
+  seen = []
+  for batch_ids, batch_rows in data_lib.length_buckets(examples, 4, 8, False):
+    width = batch_ids.shape[1]
+    assert width in (8, 16, 20)
+    for ids, row in zip(batch_ids.numpy(), batch_rows.numpy()):
+      np.testing.assert_array_equal(ids[:lengths[row]], token_ids[row, :lengths[row]])
+      assert lengths[row] <= width and (width == 8 or lengths[row] > width - 8)
+      seen.append(row)
+  assert sorted(seen) == list(range(50))
 
 
 def test_model_params_are_validated():

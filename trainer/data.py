@@ -60,11 +60,16 @@ class PreprocessedData:
 def dataset(data: PreprocessedData, split: str, batch_size: int,
             shuffle: bool = False, seed: int = None,
             features=(transformed.TOKEN_IDS,), with_labels: bool = True,
-            cache: bool = True, drop_remainder: bool = False) -> tf.data.Dataset:
+            cache: bool = True, drop_remainder: bool = False,
+            bucket_width: int = 0) -> tf.data.Dataset:
   """Batches of (features, label_id) from one split's gzip TFRecords.
 
   ``cache`` keeps the parsed split in memory after the first pass; a split
   of 25,000 reviews of 200 ids is 40 MB.
+
+  With ``bucket_width``, each batch holds documents of similar length and is
+  cut to the longest of them, rounded up to a multiple of the width (see
+  ``length_buckets``); the token ids are then the only feature.
   """
   files = data.files(split)
   if not files:
@@ -88,5 +93,36 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
     inputs = example[features[0]] if len(features) == 1 else example
     return (inputs, label) if with_labels else inputs
 
-  return parsed.map(split_label).batch(
-      batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+  examples = parsed.map(split_label)
+  if bucket_width:
+    if features != (transformed.TOKEN_IDS,) or not with_labels:
+      raise ValueError('length buckets batch (token_ids, label) pairs only')
+    batches = length_buckets(examples, batch_size, bucket_width,
+                              drop_remainder)
+  else:
+    batches = examples.batch(batch_size, drop_remainder=drop_remainder)
+  return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def length_buckets(examples: tf.data.Dataset, batch_size: int, width: int,
+                    drop_remainder: bool) -> tf.data.Dataset:
+  """Batches of similar-length documents, cut to a multiple of ``width``.
+
+  Most documents are much shorter than max_len (IMDB: median 177 tokens of
+  400), and the model masks padding, so cutting it away changes no
+  prediction while saving most of the attention's quadratic cost. Rounding
+  to a multiple of ``width`` keeps the number of distinct batch shapes, and
+  so of XLA compilations, small.
+  """
+  def cut(token_ids, label):
+    length = tf.reduce_sum(tf.cast(token_ids != transformed.PAD_ID, tf.int32))
+    # Padding only ever follows the tokens, so a prefix keeps them all.
+    bucket = tf.minimum((length + width - 1) // width * width,
+                        tf.shape(token_ids)[0])
+    return token_ids[:tf.maximum(bucket, 1)], label
+
+  return examples.map(cut).group_by_window(
+      key_func=lambda token_ids, _: tf.cast(tf.shape(token_ids)[0], tf.int64),
+      reduce_func=lambda _, window: window.batch(
+          batch_size, drop_remainder=drop_remainder),
+      window_size=batch_size)

@@ -33,6 +33,8 @@ class ModelParams:
   dropout: float = 0.1
   pooling: str = 'mean'           # mean | max
   positions: str = 'learned'      # learned | sinusoidal
+  bigram_buckets: int = 0         # 0: no bigram embedding
+  token_dropout: float = 0.0      # share of tokens hidden while training
   head_units: int = 20
 
   def __post_init__(self):
@@ -57,17 +59,27 @@ def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class TokenAndPositionEmbedding(layers.Layer):
-  """Token embedding plus a learned or sinusoidal position embedding."""
+  """Token embedding plus a learned or sinusoidal position embedding.
+
+  With ``bigram_buckets``, each position also adds the embedding of the
+  (token, next token) pair, hashed into that many buckets: word order that
+  one block of attention over single words learns slowly ("not good") the
+  embedding states directly. A pair that reaches padding adds nothing.
+  """
 
   def __init__(self, max_len, vocab_size, embed_dim, positions='learned',
-               **kwargs):
+               bigram_buckets=0, **kwargs):
     super().__init__(**kwargs)
     self.max_len = max_len
     self.vocab_size = vocab_size
     self.embed_dim = embed_dim
     self.positions = positions
+    self.bigram_buckets = bigram_buckets
     self.token_embedding = layers.Embedding(vocab_size, embed_dim,
                                             name='tokens')
+    if bigram_buckets:
+      self.bigram_embedding = layers.Embedding(bigram_buckets, embed_dim,
+                                               name='bigrams')
     if positions == 'learned':
       self.position_embedding = layers.Embedding(max_len, embed_dim,
                                                  name='positions')
@@ -76,6 +88,8 @@ class TokenAndPositionEmbedding(layers.Layer):
 
   def build(self, input_shape):
     self.token_embedding.build(input_shape)
+    if self.bigram_buckets:
+      self.bigram_embedding.build(input_shape)
     if self.positions == 'learned':
       self.position_embedding.build((self.max_len,))
     super().build(input_shape)
@@ -86,7 +100,21 @@ class TokenAndPositionEmbedding(layers.Layer):
       position_vectors = self.position_embedding(ops.arange(length))
     else:
       position_vectors = ops.convert_to_tensor(self.position_table)[:length]
-    return self.token_embedding(token_ids) + position_vectors
+    embedded = self.token_embedding(token_ids) + position_vectors
+    if self.bigram_buckets:
+      embedded += self._bigrams(token_ids)
+    return embedded
+
+  def _bigrams(self, token_ids):
+    token_ids = ops.cast(token_ids, 'int64')
+    following = ops.pad(token_ids[:, 1:], [[0, 0], [0, 1]],
+                        constant_values=transformed.PAD_ID)
+    buckets = ops.mod(token_ids * self.vocab_size + following,
+                      self.bigram_buckets)
+    real = ops.logical_and(ops.not_equal(token_ids, transformed.PAD_ID),
+                           ops.not_equal(following, transformed.PAD_ID))
+    return self.bigram_embedding(buckets) * ops.cast(real, self.compute_dtype)[
+        :, :, None]
 
   def compute_mask(self, token_ids, mask=None):
     return ops.not_equal(token_ids, transformed.PAD_ID)
@@ -94,7 +122,37 @@ class TokenAndPositionEmbedding(layers.Layer):
   def get_config(self):
     return {**super().get_config(), 'max_len': self.max_len,
             'vocab_size': self.vocab_size, 'embed_dim': self.embed_dim,
-            'positions': self.positions}
+            'positions': self.positions,
+            'bigram_buckets': self.bigram_buckets}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TokenDropout(layers.Layer):
+  """While training, replaces a random share of the real tokens by OOV.
+
+  Each epoch then shows the model a different view of every document, so it
+  has to rely on many words rather than memorise a few (the "word dropout"
+  of Iyyer et al., 2015). Padding stays padding, so the mask is unchanged.
+  """
+
+  def __init__(self, rate, seed=None, **kwargs):
+    super().__init__(**kwargs)
+    self.rate = rate
+    self.seed = seed
+    self.seed_generator = keras.random.SeedGenerator(seed)
+
+  def call(self, token_ids, training=False):
+    if not training or not self.rate:
+      return token_ids
+    hidden = keras.random.uniform(ops.shape(token_ids),
+                                  seed=self.seed_generator) < self.rate
+    hidden = ops.logical_and(hidden,
+                             ops.not_equal(token_ids, transformed.PAD_ID))
+    return ops.where(hidden, ops.cast(transformed.OOV_ID, token_ids.dtype),
+                     token_ids)
+
+  def get_config(self):
+    return {**super().get_config(), 'rate': self.rate, 'seed': self.seed}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -178,11 +236,16 @@ class MaskedPooling(layers.Layer):
 def build_model(vocab_size: int, max_len: int, num_classes: int,
                 params: ModelParams) -> keras.Model:
   """The classifier: token ids [batch, max_len] -> class probabilities."""
-  token_ids = keras.Input(shape=(max_len,), dtype='int64',
+  # Any length up to max_len: training may cut batches short (length
+  # buckets); the export always feeds max_len.
+  token_ids = keras.Input(shape=(None,), dtype='int64',
                           name=transformed.TOKEN_IDS)
+  hidden = token_ids
+  if params.token_dropout:
+    hidden = TokenDropout(params.token_dropout, name='token_dropout')(hidden)
   hidden = TokenAndPositionEmbedding(max_len, vocab_size, params.embed_dim,
-                                     params.positions,
-                                     name='embedding')(token_ids)
+                                     params.positions, params.bigram_buckets,
+                                     name='embedding')(hidden)
   for index in range(params.num_layers):
     hidden = TransformerBlock(params.embed_dim, params.num_heads,
                               params.ff_dim, params.dropout,

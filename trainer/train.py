@@ -47,8 +47,15 @@ def parse_args(argv):
   parser.add_argument('--clipnorm', type=float, default=None,
                       help='Clip each gradient to this norm.')
   parser.add_argument('--patience', type=int, default=2,
-                      help='Epochs without eval-loss improvement before '
+                      help='Epochs without improvement of --monitor before '
                       'stopping; the best weights are restored.')
+  parser.add_argument('--monitor', choices=('val_loss', 'val_accuracy'),
+                      default='val_loss',
+                      help='The eval metric that picks the best epoch.')
+  parser.add_argument('--bucket_width', type=int, default=0,
+                      help='Batch documents of similar length, cut to a '
+                      'multiple of this many tokens; 0 pads every batch to '
+                      'max_len.')
   parser.add_argument('--seed', type=int, default=42)
   defaults = model_lib.ModelParams()
   for field in dataclasses.fields(model_lib.ModelParams):
@@ -90,11 +97,12 @@ def optimizer(args, steps: int):
 
 def callbacks(args, model_dir: str):
   return [
-      keras.callbacks.EarlyStopping(monitor='val_loss', patience=args.patience,
+      keras.callbacks.EarlyStopping(monitor=args.monitor,
+                                    patience=args.patience,
                                     restore_best_weights=True, verbose=1),
       keras.callbacks.ModelCheckpoint(
           posixpath.join(model_dir, 'checkpoints', 'best.weights.h5'),
-          monitor='val_loss', save_best_only=True, save_weights_only=True),
+          monitor=args.monitor, save_best_only=True, save_weights_only=True),
       keras.callbacks.TensorBoard(posixpath.join(model_dir, 'logs')),
       keras.callbacks.CSVLogger(posixpath.join(model_dir,
                                                evaluate.HISTORY_FILE)),
@@ -118,10 +126,12 @@ def train(args, params: model_lib.ModelParams,
   # again; reshuffling drops different examples every epoch.
   train_data = data_lib.dataset(data, raw.TRAIN, args.batch_size,
                                 shuffle=True, seed=args.seed,
-                                drop_remainder=True)
+                                drop_remainder=True,
+                                bucket_width=args.bucket_width)
   # Evaluation needs no small batches; large ones make it several times
   # cheaper per example.
-  eval_data = data_lib.dataset(data, raw.EVAL, max(args.batch_size, 256))
+  eval_data = data_lib.dataset(data, raw.EVAL, max(args.batch_size, 256),
+                               bucket_width=args.bucket_width)
   started = time.time()
   history = model.fit(train_data, validation_data=eval_data,
                       epochs=args.epochs,
