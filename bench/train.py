@@ -24,17 +24,20 @@ RUNS = {
     'imdb_seed': ('imdb', '', ['--vocab_size=20000', '--max_len=200',
                                '--drop_punctuation'],
                   ['--epochs=2', '--decay']),
-    'imdb_best': ('imdb', '', ['--vocab_size=30000', '--max_len=400'], [
-        '--epochs=4', '--batch_size=64', '--learning_rate=2e-3',
-        '--warmup_fraction=0.1', '--decay', '--weight_decay=0.05',
-        '--dropout=0.2', '--ff_dim=64', '--patience=1']),
+    'imdb_best': ('imdb', '', ['--vocab_size=30000', '--max_len=400',
+                               '--drop_punctuation'], [
+        '--epochs=6', '--decay', '--bigram_buckets=100000',
+        '--token_dropout=0.5', '--bucket_width=64', '--monitor=val_accuracy',
+        '--patience=6']),
     'spamassassin': ('spamassassin', '*/*', [
-        '--format=email', '--eval_fraction=0.2', '--max_len=400'],
-                     ['--epochs=10', '--decay', '--learning_rate=2e-3',
-                      '--patience=3']),
-    'sms': ('sms', 'sms.csv', ['--eval_fraction=0.2', '--max_len=100'],
-            ['--epochs=10', '--decay', '--learning_rate=2e-3',
-             '--patience=3']),
+        '--format=email', '--eval_fraction=0.2', '--max_len=400'], [
+            '--epochs=10', '--decay', '--learning_rate=2e-3',
+            '--bigram_buckets=100000', '--token_dropout=0.25',
+            '--bucket_width=64', '--monitor=val_accuracy', '--patience=4']),
+    'sms': ('sms', 'sms.csv', ['--eval_fraction=0.2', '--max_len=100'], [
+        '--epochs=10', '--decay', '--learning_rate=2e-3',
+        '--bigram_buckets=50000', '--token_dropout=0.5', '--bucket_width=32',
+        '--monitor=val_accuracy', '--patience=4']),
 }
 
 
