@@ -98,14 +98,14 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
     if features != (transformed.TOKEN_IDS,) or not with_labels:
       raise ValueError('length buckets batch (token_ids, label) pairs only')
     batches = length_buckets(examples, batch_size, bucket_width,
-                              drop_remainder)
+                             drop_remainder)
   else:
     batches = examples.batch(batch_size, drop_remainder=drop_remainder)
   return batches.prefetch(tf.data.AUTOTUNE)
 
 
 def length_buckets(examples: tf.data.Dataset, batch_size: int, width: int,
-                    drop_remainder: bool) -> tf.data.Dataset:
+                   drop_remainder: bool) -> tf.data.Dataset:
   """Batches of similar-length documents, cut to a multiple of ``width``.
 
   Most documents are much shorter than max_len (IMDB: median 177 tokens of
