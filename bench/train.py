@@ -24,11 +24,11 @@ RUNS = {
     'imdb_seed': ('imdb', '', ['--vocab_size=20000', '--max_len=200',
                                '--drop_punctuation'],
                   ['--epochs=2', '--decay']),
-    'imdb_best': ('imdb', '', ['--vocab_size=30000', '--max_len=400',
+    'imdb_best': ('imdb', '', ['--vocab_size=30000', '--max_len=512',
                                '--drop_punctuation'], [
-        '--epochs=6', '--decay', '--bigram_buckets=100000',
+        '--epochs=4', '--decay', '--bigram_buckets=100000',
         '--token_dropout=0.5', '--bucket_width=64', '--monitor=val_accuracy',
-        '--patience=6']),
+        '--patience=4']),
     'spamassassin': ('spamassassin', '*/*', [
         '--format=email', '--eval_fraction=0.2', '--max_len=400'], [
             '--epochs=10', '--decay', '--learning_rate=2e-3',
