@@ -12,10 +12,10 @@ OUT := out
 
 .PHONY: install run test bench bench-train bench-score clean
 
-$(VENV)/.installed: setup.py
+$(VENV)/.installed: setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[trainer,test]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,25 +1,35 @@
 """beam-text-classifier: preprocess, train and bulk-score text with Beam + TFT.
 
 Also what Dataflow (or any portable runner) installs on its workers through
-``--setup_file ./setup.py``.
+``--setup_file ./setup.py``: the runtime requirements below are what the
+Beam jobs need on a worker, nothing more. The exact versions this project
+is tested with are in constraints.txt (``pip install -c constraints.txt``).
 """
 import setuptools
 
-# TFT 1.21 pins the TF and Beam it was built against; these are those, so
-# a driver and its workers always resolve to the same versions.
+# TFT 1.21 requires apache-beam[gcp]>=2.53,<3, tensorflow>=2.17,<2.22 and
+# tfx-bsl 1.21; the floors here are the versions this code was written
+# against.
 REQUIRED = [
-    'apache-beam[gcp]==2.77.0',
-    'tensorflow==2.21.0',
-    'tensorflow-transform==1.21.0',
-    'tfx-bsl==1.21.0',
-    'pyarrow==25.0.1',
-    # The trainer: TensorBoard logs (TF no longer ships TensorBoard) and the
-    # report's PNG plots.
-    'tensorboard==2.21.0',
-    'matplotlib==3.11.2',
+    'apache-beam[gcp]>=2.77,<3',
+    'tensorflow>=2.21,<2.22',
+    'tensorflow-transform>=1.21,<1.22',
+    'tfx-bsl>=1.21,<1.22',
+    'pyarrow>=25',
+    # The model is written against the Keras 3 API ("import keras"): TFT
+    # makes tf.keras the legacy Keras 2 in any process that imports it.
+    'keras>=3',
 ]
 
-DASK = ['dask==2026.8.0', 'distributed==2026.8.0']
+EXTRAS = {
+    # The trainer's TensorBoard logs and the report's PNG plots: needed where
+    # models are trained, not on the workers that preprocess or score.
+    'trainer': ['tensorboard>=2.21', 'matplotlib>=3.9'],
+    # Beam's DaskRunner (pipeline.dask_runner): the client and every worker
+    # of the cluster.
+    'dask': ['dask>=2026.8', 'distributed>=2026.8'],
+}
+EXTRAS['test'] = ['pytest>=9', 'duckdb>=1.1'] + EXTRAS['dask']
 
 setuptools.setup(
     name='beam-text-classifier',
@@ -33,9 +43,5 @@ setuptools.setup(
                                                'trainer', 'trainer.*',
                                                'schemas', 'schemas.*']),
     install_requires=REQUIRED,
-    extras_require={
-        # Beam's DaskRunner: the client and every worker of the cluster.
-        'dask': DASK,
-        'test': ['pytest==9.2.0', 'duckdb==2.0.0'] + DASK,
-    },
+    extras_require=EXTRAS,
 )

@@ -26,6 +26,27 @@ import functools
 import typing as t
 
 import apache_beam as beam
+
+# This runner reaches into Beam's private DaskRunner internals
+# (_OutputHandler, overrides._Reshuffle, the bag translations), which change
+# between Beam releases without notice: refuse any other version than those
+# it was tested with, rather than lose data quietly.
+TESTED_BEAM_VERSIONS = ('2.77.0',)
+if beam.__version__ not in TESTED_BEAM_VERSIONS:
+  raise ImportError(
+      f'pipeline.dask_runner was tested with apache-beam '
+      f'{", ".join(TESTED_BEAM_VERSIONS)} and relies on its internals; this '
+      f'is apache-beam {beam.__version__}. Install a tested version or use '
+      'another runner.')
+try:
+  import dask  # pylint: disable=unused-import
+  import dask.distributed  # pylint: disable=unused-import
+except ImportError as missing:
+  raise ImportError(
+      'the Dask runner needs the dask extra: pip install '
+      '"beam-text-classifier[dask]"') from missing
+
+# pylint: disable=wrong-import-position
 from apache_beam import pvalue
 from apache_beam.pipeline import PipelineVisitor
 from apache_beam.runners.common import DoFnContext
@@ -173,8 +194,6 @@ class DaskRunner(dask_runner.DaskRunner):
   """Runs a pipeline on a dask.distributed cluster; see the module's doc."""
 
   def run_pipeline(self, pipeline, options):
-    import dask  # pylint: disable=import-outside-toplevel
-    import dask.distributed  # pylint: disable=import-outside-toplevel
     dask_options = options.view_as(dask_runner.DaskOptions).get_all_options(
         drop_default=True, current_only=True)
     bag_kwargs = dask_runner.DaskOptions._extract_bag_kwargs(  # pylint: disable=protected-access

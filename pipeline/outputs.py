@@ -16,9 +16,11 @@ from typing import Optional
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
+from pipeline import cli
 
-class OutputError(IOError):
-  """The output location cannot be written."""
+
+class OutputError(cli.JobError):
+  """The output location cannot be written, or lies inside the input."""
 
 
 def write_json(path: str, value) -> None:
@@ -77,22 +79,42 @@ def _exchange(first: str, second: str) -> bool:
 class StagedOutput:
   """A staging folder that replaces ``final_dir`` whole when published.
 
+  Used as a context manager::
+
+      with StagedOutput(final_dir, input_pattern) as output:
+        ...write under output.staging_dir...
+        output.publish()
+
+  Entering creates the staging folder (an OutputError if the location cannot
+  be written or lies inside the input); leaving without having published,
+  whatever the reason, removes it, so nothing half-written ever remains.
+
   On a local disk the replacement is one atomic swap of folders: a reader
   sees the old output or the new one, never a mix and never neither. On an
   object store, files are moved one by one: the old success marker goes
   first and the new one last, so readers that wait for it see whole outputs.
   """
 
-  def __init__(self, final_dir: str):
+  def __init__(self, final_dir: str, input_pattern: Optional[str] = None):
     self.final_dir = final_dir.rstrip('/')
+    self._input_pattern = input_pattern
     parent, name = posixpath.split(self.final_dir)
     self._staging_root = posixpath.join(parent, STAGING_DIR)
     self.staging_dir = posixpath.join(
         self._staging_root, f'{name}-{uuid.uuid4().hex[:12]}')
+    self._published = False
 
-  def create(self, input_pattern: Optional[str] = None) -> str:
+  def __enter__(self) -> 'StagedOutput':
+    self._create()
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    if not self._published:
+      self.discard()
+
+  def _create(self) -> None:
     """Creates the staging folder, proving the location writable (and
-    outside ``input_pattern``); on failure, nothing is left behind."""
+    outside the input); on failure, nothing is left behind."""
     try:
       try:
         FileSystems.mkdirs(self.staging_dir)
@@ -102,12 +124,11 @@ class StagedOutput:
       except Exception as error:  # pylint: disable=broad-except
         raise OutputError(
             f'cannot write to {self.final_dir}: {error}') from error
-      if input_pattern:
-        self._check_outside(input_pattern)
+      if self._input_pattern:
+        self._check_outside(self._input_pattern)
     except OutputError:
       self.discard()
       raise
-    return self.staging_dir
 
   def _check_outside(self, pattern: str) -> None:
     """Fails if files staged here would match ``pattern``: a job reading its
@@ -129,6 +150,7 @@ class StagedOutput:
       self._publish_local()
     else:
       self._publish_by_files()
+    self._published = True
     self._remove_empty_staging_root()
 
   def _publish_local(self):

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import posixpath
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -28,6 +28,7 @@ from tfx_bsl.coders import example_coder
 from tfx_bsl.tfxio import tensor_adapter
 from tfx_bsl.tfxio import tensor_representation_util
 
+from pipeline import cli
 from pipeline import jobs
 from pipeline import outputs
 from pipeline import readers
@@ -73,6 +74,35 @@ def parse_args(argv):
   return parser.parse_known_args(argv)
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The job's checked flags."""
+  pattern: str
+  read_config: readers.ReadConfig
+  params: transform.TransformParams
+  eval_fraction: Optional[float]  # None: splits come from the data
+
+
+def settings_from_args(args) -> Settings:
+  """The flags checked before anything runs; a JobError names a bad one."""
+  if not 0.0 <= args.eval_fraction < 1.0:
+    raise cli.JobError('--eval_fraction must be in [0, 1)')
+  try:
+    pattern, fmt = readers.resolve_input(args.input, args.format)
+    config = readers.read_config_from_args(
+        args, format=fmt, label_field=args.label_field or None,
+        split_field=args.split_field)
+    params = transform.TransformParams(
+        vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+        max_len=args.max_len, max_token_chars=args.max_token_chars,
+        truncation=args.truncation,
+        keep_punctuation=not args.drop_punctuation)
+  except ValueError as error:  # ReaderError is one
+    raise cli.JobError(str(error)) from error
+  return Settings(pattern, config, params,
+                  None if args.split_field else args.eval_fraction)
+
+
 # --------------------------------------------------------------------------
 # Validation and split assignment
 
@@ -106,7 +136,7 @@ class ValidateAndSplit(records.CountingDoFn):
     return hash_split(record[raw.TEXT], self._eval_fraction), None
 
   def process(self, record):
-    self._counts[('read',)] += 1
+    self.count_read()
     reason = records.check_record(record, self._max_text_bytes,
                                   require_label=True)
     split = None
@@ -116,7 +146,7 @@ class ValidateAndSplit(records.CountingDoFn):
       yield self.reject(record, reason)
       return
     if split == raw.TRAIN:
-      self._counts[('label', raw.TRAIN, record[raw.LABEL])] += 1
+      self.count_label(raw.TRAIN, record[raw.LABEL])
     yield pvalue.TaggedOutput(split, record)
 
 
@@ -125,8 +155,8 @@ class RejectUnknownLabels(records.CountingDoFn):
 
   def process(self, record, train_counts):
     label = record[raw.LABEL]
-    if ('label', raw.TRAIN, label) in train_counts:
-      self._counts[('label', raw.EVAL, label)] += 1
+    if (records.LABEL, raw.TRAIN, label) in train_counts:
+      self.count_label(raw.EVAL, label)
       yield record
     else:
       yield self.reject(record, rejected.LABEL_NOT_IN_TRAIN)
@@ -164,20 +194,20 @@ class EncodeExamples(records.CountingDoFn):
   def process(self, batch_and_passthrough):
     batch, _ = batch_and_passthrough
     batch = batch.drop_columns(self._dropped)
-    self._counts[('written', self._split)] += batch.num_rows
+    self.count_written(batch.num_rows, self._split)
     lengths = batch.column(transformed.LENGTH).flatten().to_numpy()
-    for length, count in zip(*np.unique(lengths, return_counts=True)):
-      self._counts[('length', int(length))] += int(count)
+    self.count_lengths({int(length): int(count) for length, count in zip(
+        *np.unique(lengths, return_counts=True))})
     yield self._encoder.encode(batch)
 
 
-def build_pipeline(pipeline, pattern: str, config: readers.ReadConfig,
-                   params: transform.TransformParams, eval_fraction: float,
-                   staging: str):
+def build_pipeline(pipeline, settings: Settings, staging: str):
   """Adds the preprocessing steps to ``pipeline``, writing under ``staging``."""
-  raw_records = pipeline | 'Read' >> readers.ReadRecords(pattern, config)
+  config = settings.read_config
+  raw_records = pipeline | 'Read' >> readers.ReadRecords(settings.pattern,
+                                                         config)
   routed = raw_records | 'ValidateAndSplit' >> beam.ParDo(ValidateAndSplit(
-      config.max_text_bytes, eval_fraction,
+      config.max_text_bytes, settings.eval_fraction or 0.0,
       split_required=bool(config.split_field))).with_outputs(
           records.REJECTED, records.STATS, raw.TRAIN, raw.EVAL)
   train = routed[raw.TRAIN]
@@ -203,7 +233,7 @@ def build_pipeline(pipeline, pattern: str, config: readers.ReadConfig,
   with tft_beam.Context(temp_dir=posixpath.join(staging, 'tmp')):
     transform_fn = ((batches[raw.TRAIN], adapter_config)
                     | 'AnalyzeTrain' >> tft_beam.AnalyzeDataset(
-                        transform.make_preprocessing_fn(params)))
+                        transform.make_preprocessing_fn(settings.params)))
     for split in raw.SPLITS:
       transformed_batches, _ = (
           ((batches[split], adapter_config), transform_fn)
@@ -232,105 +262,95 @@ def _percentile(lengths: Dict[int, int], share: float) -> int:
   return int(values[np.searchsorted(cumulative, share * cumulative[-1])])
 
 
-def summarize(by_kind: Dict[str, Dict[tuple, int]], staging: str,
-              max_len: int) -> Dict:
-  """stats.json from the pipeline's counts and the written transform graph."""
-  read = by_kind['read'].get((), 0)
-  written = {s: by_kind['written'].get((s,), 0) for s in raw.SPLITS}
-  rejected_by_reason = {k[0]: v for k, v in sorted(by_kind['rejected'].items())}
-  lengths = {k[0]: v for k, v in by_kind['length'].items()}
-  tft_output = tft.TFTransformOutput(staging)
-  label_names = [
-      name.decode('utf-8') for name in tft_output.vocabulary_by_name(
-          transformed.LABEL_VOCABULARY)] if written[raw.TRAIN] else []
+def _token_length_stats(lengths: Dict[int, int], max_len: int) -> Dict:
   documents = sum(lengths.values())
+  if not documents:
+    return {'p50': 0, 'p90': 0, 'p99': 0, 'max': 0, 'max_len': max_len,
+            'truncated_share': 0.0}
+  return {
+      'p50': _percentile(lengths, 0.5),
+      'p90': _percentile(lengths, 0.9),
+      'p99': _percentile(lengths, 0.99),
+      'max': max(lengths),
+      'max_len': max_len,
+      'truncated_share': sum(c for n, c in lengths.items() if n > max_len) /
+                         documents,
+  }
+
+
+def summarize(tally: records.Tally, staging: str, max_len: int) -> Dict:
+  """stats.json from the pipeline's counts and the written transform graph."""
+  written = {split: tally.written.get(split, 0) for split in raw.SPLITS}
+  tft_output = tft.TFTransformOutput(staging)
+  has_vocabulary = bool(written[raw.TRAIN])
   return {
       'records': {
-          'read': read,
+          'read': tally.read,
           'written': written,
-          'rejected': sum(rejected_by_reason.values()),
+          'rejected': tally.rejected,
       },
-      'rejected_by_reason': rejected_by_reason,
+      'rejected_by_reason': tally.rejected_by_reason,
       'vocabulary_size': (
           tft_output.vocabulary_size_by_name(transformed.TOKEN_VOCABULARY) +
-          transformed.NUM_RESERVED_IDS) if written[raw.TRAIN] else 0,
+          transformed.NUM_RESERVED_IDS) if has_vocabulary else 0,
       'labels': {
-          'names': label_names,
-          'counts': {s: {k[1]: v for k, v in sorted(by_kind['label'].items())
-                         if k[0] == s} for s in raw.SPLITS},
+          'names': [name.decode('utf-8') for name in
+                    tft_output.vocabulary_by_name(
+                        transformed.LABEL_VOCABULARY)
+                    ] if has_vocabulary else [],
+          'counts': {split: tally.labels.get(split, {})
+                     for split in raw.SPLITS},
       },
-      'token_length': {
-          'p50': _percentile(lengths, 0.5) if documents else 0,
-          'p90': _percentile(lengths, 0.9) if documents else 0,
-          'p99': _percentile(lengths, 0.99) if documents else 0,
-          'max': max(lengths) if documents else 0,
-          'max_len': max_len,
-          'truncated_share': (sum(c for n, c in lengths.items() if n > max_len)
-                              / documents) if documents else 0.0,
-      },
+      'token_length': _token_length_stats(tally.lengths, max_len),
   }
+
+
+def write_sidecars(staging: str, stats: Dict, settings: Settings,
+                   input_arg: str) -> None:
+  """stats.json and the parameters the trainer and the scorer read."""
+  outputs.write_json(posixpath.join(staging, transformed.STATS_FILE), stats)
+  outputs.write_json(posixpath.join(staging, transformed.PARAMS_FILE), {
+      'transform': dataclasses.asdict(settings.params),
+      'input': input_arg,
+      'read_config': dataclasses.asdict(settings.read_config),
+      'eval_fraction': settings.eval_fraction,
+  })
+
+
+def log_summary(stats: Dict, seconds: float, output_dir: str) -> None:
+  totals, lengths = stats['records'], stats['token_length']
+  logging.info(
+      'preprocess: read %d records in %.1f s -> train %d, eval %d, rejected '
+      '%d%s; vocabulary %d ids, labels %s, p50 length %d (%.1f%% truncated '
+      'at %d); output %s', totals['read'], seconds,
+      totals['written'][raw.TRAIN], totals['written'][raw.EVAL],
+      totals['rejected'], ''.join(
+          f', {n} {reason}' for reason, n in stats['rejected_by_reason'].items()),
+      stats['vocabulary_size'], stats['labels']['names'], lengths['p50'],
+      100 * lengths['truncated_share'], lengths['max_len'], output_dir)
 
 
 def run(argv=None):
   args, pipeline_args = parse_args(argv)
   started = time.time()
-  try:
-    pattern, fmt = readers.resolve_input(args.input, args.format)
-    config = readers.read_config_from_args(
-        args, format=fmt, label_field=args.label_field or None,
-        split_field=args.split_field)
-    params = transform.TransformParams(
-        vocab_size=args.vocab_size, min_frequency=args.min_frequency,
-        max_len=args.max_len, max_token_chars=args.max_token_chars,
-        truncation=args.truncation,
-        keep_punctuation=not args.drop_punctuation)
-  except (readers.ReaderError, ValueError) as error:
-    raise jobs.JobError(str(error)) from error
-  if not 0.0 <= args.eval_fraction < 1.0:
-    raise jobs.JobError('--eval_fraction must be in [0, 1)')
-  output = jobs.stage_output(args.output_dir, pattern)
-  staging = output.staging_dir
-
-  try:
-    options = jobs.pipeline_options(pipeline_args)
-    with beam.Pipeline(options=options) as pipeline:
-      build_pipeline(pipeline, pattern, config, params, args.eval_fraction,
-                     staging)
-    counts = records.pop_counts(staging)
+  settings = settings_from_args(args)
+  with outputs.StagedOutput(args.output_dir, settings.pattern) as output:
+    staging = output.staging_dir
+    jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
+        pipeline, settings, staging))
+    tally = records.pop_tally(staging)
+    tally.reconcile()
+    if not tally.written.get(raw.TRAIN):
+      raise cli.JobError(
+          f'no record reached the train split ({tally.rejected} of '
+          f'{tally.read} rejected: {tally.rejected_by_reason})')
     outputs.delete_tree(posixpath.join(staging, 'tmp'))
-    stats = summarize(counts, staging, params.max_len)
-    totals = stats['records']
-    if totals['read'] != sum(totals['written'].values()) + totals['rejected']:
-      raise jobs.JobError(f'counts do not reconcile: {totals}')
-    if not totals['written'][raw.TRAIN]:
-      raise jobs.JobError(
-          f'no record reached the train split ({totals["rejected"]} of '
-          f'{totals["read"]} rejected: {stats["rejected_by_reason"]})')
-    outputs.write_json(posixpath.join(staging, transformed.STATS_FILE), stats)
-    outputs.write_json(posixpath.join(staging, transformed.PARAMS_FILE), {
-        'transform': dataclasses.asdict(params),
-        'input': args.input,
-        'read_config': dataclasses.asdict(config),
-        'eval_fraction': None if args.split_field else args.eval_fraction,
-    })
+    stats = summarize(tally, staging, settings.params.max_len)
+    write_sidecars(staging, stats, settings, args.input)
     output.publish()
-  except BaseException:
-    output.discard()
-    raise
-
-  logging.info(
-      'preprocess: read %d records in %.1f s -> train %d, eval %d, rejected '
-      '%d%s; vocabulary %d ids, labels %s, p50 length %d (%.1f%% truncated '
-      'at %d); output %s', totals['read'], time.time() - started,
-      totals['written'][raw.TRAIN], totals['written'][raw.EVAL],
-      totals['rejected'], ''.join(
-          f', {n} {reason}' for reason, n in stats['rejected_by_reason'].items()),
-      stats['vocabulary_size'], stats['labels']['names'],
-      stats['token_length']['p50'],
-      100 * stats['token_length']['truncated_share'], params.max_len,
-      args.output_dir)
+  log_summary(stats, time.time() - started, args.output_dir)
   return stats
 
 
 if __name__ == '__main__':
-  jobs.main(run)
+  cli.main(run)

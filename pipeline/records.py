@@ -6,9 +6,10 @@ reads back, so that a job can check read = written + rejected on any runner,
 and the same numbers appear as Beam metrics on the runner's UI.
 """
 import collections
+import dataclasses
 import json
 import posixpath
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -16,6 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
+from pipeline import cli
 from pipeline import outputs
 from schemas import raw
 from schemas import rejected
@@ -23,8 +25,6 @@ from schemas import rejected
 # Output tags of a CountingDoFn besides its main output.
 REJECTED = 'rejected'
 STATS = 'stats'
-# Count kinds shown as Beam counters; the others (label, length) are stats.
-_METERED = ('read', 'rejected', 'written', 'scored')
 _COUNTS_FILE = '_counts'
 
 
@@ -53,13 +53,18 @@ def dead_letter(record: Dict, reason: str) -> Dict:
       raw.SOURCE), rejected.REASON: reason, rejected.SNIPPET: snippet}
 
 
+# Count kinds: the first item of every count key.
+READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH = (
+    'read', 'written', 'rejected', 'label', 'length')
+# Kinds shown as Beam counters; labels and lengths are stats, not progress.
+_METERED = (READ, WRITTEN, REJECTED_KIND)
+
+
 class CountingDoFn(beam.DoFn):
   """Counts per bundle and emits the counts once, at the bundle's end.
 
-  Counts are keyed by tuples whose first item is the kind: ``('read',)``,
-  ``('rejected', reason)``, ``('written', split)``... Beam counters are
-  updated here too: once a bundle, not once an element, which matters at tens
-  of thousands of elements a second.
+  Beam counters are updated here too: once a bundle, not once an element,
+  which matters at tens of thousands of elements a second.
   """
 
   def __init__(self, namespace: str):
@@ -72,13 +77,28 @@ class CountingDoFn(beam.DoFn):
     if self._counts:
       for key, count in self._counts.items():
         if key[0] in _METERED:
-          Metrics.counter(self._namespace, '_'.join(key)).inc(count)
+          Metrics.counter(self._namespace, '_'.join(map(str, key))).inc(count)
       yield pvalue.TaggedOutput(
           STATS, GlobalWindows.windowed_value(dict(self._counts)))
 
+  def count_read(self):
+    self._counts[(READ,)] += 1
+
+  def count_written(self, count: int = 1, output: Optional[str] = None):
+    """``count`` records written to ``output`` (a split), or to the job's
+    one output."""
+    self._counts[(WRITTEN, output) if output else (WRITTEN,)] += count
+
+  def count_label(self, split: str, label: str):
+    self._counts[(LABEL, split, label)] += 1
+
+  def count_lengths(self, lengths: Dict[int, int]):
+    for length, count in lengths.items():
+      self._counts[(LENGTH, length)] += count
+
   def reject(self, record: Dict, reason: str):
     """Counts a rejection; the dead letter, for the REJECTED output."""
-    self._counts[('rejected', reason)] += 1
+    self._counts[(REJECTED_KIND, reason)] += 1
     return pvalue.TaggedOutput(REJECTED, dead_letter(record, reason))
 
 
@@ -122,16 +142,65 @@ class WriteCounts(beam.PTransform):
                 shard_name_template=''))
 
 
-def pop_counts(folder: str) -> Dict[str, Dict[tuple, int]]:
-  """The counts WriteCounts wrote, by kind, then by the rest of their key;
-  the file is removed so that it never reaches a published output."""
+@dataclasses.dataclass(frozen=True)
+class Tally:
+  """What a job's pipeline counted, summed over every bundle and worker."""
+  read: int = 0
+  # Records written, by output (split) name; '' for a job with one output.
+  written: Dict[str, int] = dataclasses.field(default_factory=dict)
+  rejected_by_reason: Dict[str, int] = dataclasses.field(default_factory=dict)
+  # Records per label, by split.
+  labels: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)
+  # Documents per token length.
+  lengths: Dict[int, int] = dataclasses.field(default_factory=dict)
+
+  @property
+  def total_written(self) -> int:
+    return sum(self.written.values())
+
+  @property
+  def rejected(self) -> int:
+    return sum(self.rejected_by_reason.values())
+
+  def reconcile(self) -> None:
+    """Every record read was written or rejected, once: else a JobError,
+    and the output is not published."""
+    if self.read != self.total_written + self.rejected:
+      raise cli.JobError(
+          f'counts do not reconcile: read {self.read}, written '
+          f'{self.written}, rejected {self.rejected_by_reason}')
+
+  @classmethod
+  def from_counts(cls, counts: List[list]) -> 'Tally':
+    """From the rows WriteCounts wrote: the key's items, then the count."""
+    fields = dict(read=0, written={}, rejected_by_reason={},
+                  labels=collections.defaultdict(dict), lengths={})
+    for *key, count in counts:
+      kind, rest = key[0], key[1:]
+      if kind == READ:
+        fields['read'] += count
+      elif kind == WRITTEN:
+        fields['written'][rest[0] if rest else ''] = count
+      elif kind == REJECTED_KIND:
+        fields['rejected_by_reason'][rest[0]] = count
+      elif kind == LABEL:
+        fields['labels'][rest[0]][rest[1]] = count
+      elif kind == LENGTH:
+        fields['lengths'][int(rest[0])] = count
+    fields['rejected_by_reason'] = dict(
+        sorted(fields['rejected_by_reason'].items()))
+    fields['labels'] = {split: dict(sorted(by_label.items()))
+                        for split, by_label in fields['labels'].items()}
+    return cls(**fields)
+
+
+def pop_tally(folder: str) -> Tally:
+  """The counts WriteCounts wrote in ``folder``; the file is removed so that
+  it never reaches a published output."""
   path = posixpath.join(folder, _COUNTS_FILE)
   counts = outputs.read_json(path)
   FileSystems.delete([path])
-  by_kind = collections.defaultdict(dict)
-  for *key, count in counts:
-    by_kind[key[0]][tuple(key[1:])] = count
-  return by_kind
+  return Tally.from_counts(counts)
 
 
 class WriteDeadLetters(beam.PTransform):

@@ -12,6 +12,7 @@ and a ``manifest.json`` and ``_SUCCESS`` once the output is complete. With
 rerun, so the same command can run every night.
 """
 import argparse
+import dataclasses
 import datetime
 import logging
 import posixpath
@@ -25,6 +26,7 @@ from apache_beam.ml.inference import base as inference
 from apache_beam.metrics.metric import MetricsFilter
 import pyarrow as pa
 
+from pipeline import cli
 from pipeline import jobs
 from pipeline import outputs
 from pipeline import readers
@@ -32,6 +34,7 @@ from pipeline import records
 from schemas import raw
 from schemas import rejected
 from schemas import scored
+from schemas import serving
 from trainer import export
 
 _NAMESPACE = 'score'
@@ -77,12 +80,6 @@ def check_partition(partition: str) -> str:
 # The model behind RunInference
 
 
-# The model's answer for one document, as PredictionResult.inference: a
-# plain dict, since elements crossing processes must unpickle anywhere.
-_LABEL, _CONFIDENCE, _PROBABILITIES, _SCORED_AT = (
-    'label', 'confidence', 'probabilities', 'scored_at')
-
-
 class RawTextModelHandler(inference.ModelHandler):
   """Beam's access to our export: raw records in, label and scores out.
 
@@ -104,17 +101,20 @@ class RawTextModelHandler(inference.ModelHandler):
   def run_inference(self, batch: Sequence[Dict], model,
                     inference_args: Optional[Dict] = None
                     ) -> Iterable[inference.PredictionResult]:
-    outputs = model(text=[r[raw.TEXT].encode('utf-8') for r in batch])
+    outputs = model(**{serving.TEXT: [r[raw.TEXT].encode('utf-8')
+                                      for r in batch]})
     scored_at = datetime.datetime.now(datetime.timezone.utc)
-    labels = outputs[export.LABEL].numpy()
-    confidences = outputs[export.CONFIDENCE].numpy().tolist()
-    probabilities = outputs[export.PROBABILITIES].numpy().tolist()
+    labels = outputs[serving.LABEL].numpy()
+    confidences = outputs[serving.CONFIDENCE].numpy().tolist()
+    probabilities = outputs[serving.PROBABILITIES].numpy().tolist()
+    # Each answer is a plain dict keyed by the signature's output names (and
+    # the batch's time): elements crossing processes must unpickle anywhere.
     return [
         inference.PredictionResult(record, {
-            _LABEL: labels[i].decode('utf-8'),
-            _CONFIDENCE: confidences[i],
-            _PROBABILITIES: probabilities[i],
-            _SCORED_AT: scored_at,
+            serving.LABEL: labels[i].decode('utf-8'),
+            serving.CONFIDENCE: confidences[i],
+            serving.PROBABILITIES: probabilities[i],
+            scored.SCORED_AT: scored_at,
         }) for i, record in enumerate(batch)
     ]
 
@@ -139,7 +139,7 @@ class Validate(records.CountingDoFn):
     self._kept_types = [(field.name, field.type) for field in kept]
 
   def process(self, record):
-    self._counts[('read',)] += 1
+    self.count_read()
     reason = records.check_record(record, self._max_text_bytes,
                                   require_label=False)
     if not reason and not all(
@@ -162,16 +162,16 @@ class ToRows(records.CountingDoFn):
     self._kept_names = kept.names
 
   def process(self, result: inference.PredictionResult):
-    self._counts[('scored',)] += 1
+    self.count_written()
     record, scores = result.example, result.inference
     row = {
         scored.ID: record[raw.ID],
-        scored.LABEL: scores[_LABEL],
-        scored.CONFIDENCE: scores[_CONFIDENCE],
+        scored.LABEL: scores[serving.LABEL],
+        scored.CONFIDENCE: scores[serving.CONFIDENCE],
         scored.MODEL_VERSION: self._model_version,
-        scored.SCORED_AT: scores[_SCORED_AT],
+        scored.SCORED_AT: scores[scored.SCORED_AT],
     }
-    row.update(zip(self._columns, scores[_PROBABILITIES]))
+    row.update(zip(self._columns, scores[serving.PROBABILITIES]))
     for name in self._kept_names:
       row[name] = record[raw.KEPT][name]
     yield row
@@ -189,29 +189,72 @@ class RejectFailedBatches(records.CountingDoFn):
       yield self.reject(record, rejected.INFERENCE_FAILED)
 
 
-def build_pipeline(pipeline, pattern: str, config: readers.ReadConfig,
-                   export_dir: str, metadata: Dict, kept: pa.Schema,
-                   batch_size: int, codec: str, staging: str):
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The job's checked flags and what they lead to."""
+  final_dir: str
+  pattern: str
+  read_config: readers.ReadConfig
+  kept: pa.Schema        # the Arrow types of --keep_fields
+  export_dir: str
+  metadata: Dict         # the export's metadata.json
+  batch_size: int
+  codec: str
+
+  @property
+  def label_names(self):
+    return self.metadata['label_names']
+
+
+def settings_from_args(args) -> Settings:
+  """The flags checked and the model loaded before anything runs; a
+  JobError names what is wrong."""
+  keep_fields = tuple(f.strip() for f in args.keep_fields.split(',')
+                      if f.strip())
+  try:
+    if args.batch_size < 1:
+      raise ValueError('--batch_size must be at least 1')
+    final_dir = args.output_dir.rstrip('/')
+    if args.partition:
+      final_dir = posixpath.join(final_dir, check_partition(args.partition))
+    pattern, fmt = readers.resolve_input(args.input, args.format)
+    config = readers.read_config_from_args(
+        args, format=fmt, label_field=None, keep_fields=keep_fields)
+    kept = readers.kept_fields_schema(pattern, config)
+    export_dir = export.resolve(args.model_dir)
+    _, metadata = export.load(export_dir)
+    # Fails here, before the pipeline, on labels or kept fields that would
+    # give clashing Parquet columns.
+    scored.arrow_schema(metadata['label_names'], kept)
+  except (ValueError, export.ExportError) as error:  # ReaderError is one
+    raise cli.JobError(str(error)) from error
+  return Settings(final_dir, pattern, config, kept, export_dir, metadata,
+                  args.batch_size, args.parquet_codec)
+
+
+def build_pipeline(pipeline, settings: Settings, staging: str):
   """Adds the scoring steps to ``pipeline``, writing under ``staging``."""
   checked = (pipeline
-             | 'Read' >> readers.ReadRecords(pattern, config)
+             | 'Read' >> readers.ReadRecords(settings.pattern,
+                                             settings.read_config)
              | 'Validate' >> beam.ParDo(Validate(
-                 config.max_text_bytes, kept)).with_outputs(
+                 settings.read_config.max_text_bytes,
+                 settings.kept)).with_outputs(
                      records.REJECTED, records.STATS, main='documents'))
   results, failures = (
       checked.documents
-      | 'RunInference' >> inference.RunInference(
-          RawTextModelHandler(export_dir, batch_size)).with_exception_handling())
+      | 'RunInference' >> inference.RunInference(RawTextModelHandler(
+          settings.export_dir, settings.batch_size)).with_exception_handling())
   rows = results | 'ToRows' >> beam.ParDo(ToRows(
-      metadata['label_names'], metadata['version'], kept)).with_outputs(
-          records.STATS, main='rows')
+      settings.label_names, settings.metadata['version'],
+      settings.kept)).with_outputs(records.STATS, main='rows')
   failed = failures.failed_inferences | 'RejectFailed' >> beam.ParDo(
       RejectFailedBatches()).with_outputs(records.REJECTED, records.STATS)
 
   _ = rows.rows | 'WriteParquet' >> beam.io.WriteToParquet(
       posixpath.join(staging, scored.FILE_PREFIX),
-      schema=scored.arrow_schema(metadata['label_names'], kept),
-      codec=codec,
+      schema=scored.arrow_schema(settings.label_names, settings.kept),
+      codec=settings.codec,
       row_group_buffer_size=_ROW_GROUP_BYTES,
       file_name_suffix=scored.FILE_SUFFIX)
   _ = ((checked[records.REJECTED], failed[records.REJECTED])
@@ -243,81 +286,59 @@ def _utc_now() -> str:
       timespec='seconds')
 
 
+def manifest(args, settings: Settings, tally: records.Tally, result,
+             staging: str, started_at: str) -> Dict:
+  """What a reader of the partition needs to trust it, in manifest.json."""
+  files = sorted(posixpath.relpath(m.path, staging) for m in FileSystems.match(
+      [posixpath.join(staging, '*' + scored.FILE_SUFFIX)])[0].metadata_list)
+  return {
+      'input': args.input,
+      'model_dir': settings.export_dir,
+      'model_version': settings.metadata['version'],
+      'label_names': settings.label_names,
+      'partition': args.partition,
+      'counts': {
+          'read': tally.read,
+          'scored': tally.total_written,
+          'rejected': tally.rejected,
+          'rejected_by_reason': tally.rejected_by_reason,
+      },
+      'inference': _inference_metrics(result),
+      'files': files,
+      'started_at': started_at,
+      'finished_at': _utc_now(),
+  }
+
+
+def log_summary(written: Dict, seconds: float, final_dir: str) -> None:
+  counts = written['counts']
+  logging.info(
+      'score: read %d documents in %.1f s (%.0f/s) -> scored %d, rejected %d%s;'
+      ' model version %s; output %s', counts['read'], seconds,
+      counts['read'] / seconds, counts['scored'], counts['rejected'], ''.join(
+          f', {n} {reason}'
+          for reason, n in counts['rejected_by_reason'].items()),
+      written['model_version'], final_dir)
+
+
 def run(argv=None):
   args, pipeline_args = parse_args(argv)
   started, started_at = time.time(), _utc_now()
-  keep_fields = tuple(f.strip() for f in args.keep_fields.split(',')
-                      if f.strip())
-  try:
-    if args.batch_size < 1:
-      raise ValueError('--batch_size must be at least 1')
-    final_dir = args.output_dir.rstrip('/')
-    if args.partition:
-      final_dir = posixpath.join(final_dir, check_partition(args.partition))
-    pattern, fmt = readers.resolve_input(args.input, args.format)
-    config = readers.read_config_from_args(
-        args, format=fmt, label_field=None, keep_fields=keep_fields)
-    kept = readers.kept_fields_schema(pattern, config)
-    export_dir = export.resolve(args.model_dir)
-    _, metadata = export.load(export_dir)
-    scored.arrow_schema(metadata['label_names'], kept)
-  except (readers.ReaderError, export.ExportError, ValueError) as error:
-    raise jobs.JobError(str(error)) from error
-
-  output = jobs.stage_output(final_dir, pattern)
-  staging = output.staging_dir
-
-  try:
-    options = jobs.pipeline_options(pipeline_args)
-    pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, pattern, config, export_dir, metadata, kept,
-                   args.batch_size, args.parquet_codec, staging)
-    result = pipeline.run()
-    result.wait_until_finish()
-    counts = records.pop_counts(staging)
-    read = counts['read'].get((), 0)
-    written = counts['scored'].get((), 0)
-    rejected_by_reason = {k[0]: v for k, v in sorted(
-        counts['rejected'].items())}
-    if read != written + sum(rejected_by_reason.values()):
-      raise jobs.JobError(f'counts do not reconcile: read {read}, scored '
-                          f'{written}, rejected {rejected_by_reason}')
-    files = sorted(posixpath.relpath(m.path, staging) for m in FileSystems.match(
-        [posixpath.join(staging, '*' + scored.FILE_SUFFIX)])[0].metadata_list)
-    manifest = {
-        'input': args.input,
-        'model_dir': export_dir,
-        'model_version': metadata['version'],
-        'label_names': metadata['label_names'],
-        'partition': args.partition,
-        'counts': {
-            'read': read,
-            'scored': written,
-            'rejected': sum(rejected_by_reason.values()),
-            'rejected_by_reason': rejected_by_reason,
-        },
-        'inference': _inference_metrics(result),
-        'files': files,
-        'started_at': started_at,
-        'finished_at': _utc_now(),
-    }
-    outputs.write_json(posixpath.join(staging, scored.MANIFEST_FILE), manifest)
+  settings = settings_from_args(args)
+  with outputs.StagedOutput(settings.final_dir, settings.pattern) as output:
+    staging = output.staging_dir
+    result = jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
+        pipeline, settings, staging))
+    tally = records.pop_tally(staging)
+    tally.reconcile()
+    written = manifest(args, settings, tally, result, staging, started_at)
+    outputs.write_json(posixpath.join(staging, scored.MANIFEST_FILE), written)
     FileSystems.create(
         posixpath.join(staging, outputs.SUCCESS_MARKER)).close()
     output.publish()
-  except BaseException:
-    output.discard()
-    raise
-
-  seconds = time.time() - started
-  logging.info(
-      'score: read %d documents in %.1f s (%.0f/s) -> scored %d, rejected %d%s;'
-      ' model version %s; output %s', read, seconds, read / seconds, written,
-      manifest['counts']['rejected'], ''.join(
-          f', {n} {reason}' for reason, n in rejected_by_reason.items()),
-      metadata['version'], final_dir)
-  return manifest
+  log_summary(written, time.time() - started, settings.final_dir)
+  return written
 
 
 if __name__ == '__main__':
-  jobs.main(run)
+  cli.main(run)

@@ -11,10 +11,11 @@ from typing import List
 import pyarrow as pa
 
 from schemas import raw
+from schemas import serving
 
 ID = raw.ID
-LABEL = 'label'
-CONFIDENCE = 'confidence'
+LABEL = serving.LABEL
+CONFIDENCE = serving.CONFIDENCE
 MODEL_VERSION = 'model_version'
 SCORED_AT = 'scored_at'
 PROBABILITY_PREFIX = 'probability_'
@@ -39,7 +40,11 @@ def probability_columns(label_names: List[str]) -> List[str]:
 
 
 def arrow_schema(label_names: List[str], kept: pa.Schema) -> pa.Schema:
-  """The Parquet schema for a model's labels and the kept input fields."""
+  """The Parquet schema for a model's labels and the kept input fields.
+
+  Raises ValueError when labels give clashing column names or a kept field
+  has the name of an output column.
+  """
   fields = [
       pa.field(ID, pa.string(), nullable=False),
       pa.field(LABEL, pa.string(), nullable=False),

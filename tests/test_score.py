@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import jobs
+from pipeline import cli
 from pipeline import outputs
 from pipeline import readers
 from pipeline import score
@@ -280,7 +280,7 @@ def test_job_level_faults(trained, tmp_path):
           corpus, model_dir, output_dir, '--keep_fields=id'),
   }
   for message, args in faults.items():
-    with pytest.raises(jobs.JobError, match=message):
+    with pytest.raises(cli.JobError, match=message):
       score.run(args)
   assert not output_dir.exists()
   process = run_module('pipeline.score', *faults['no exported model'])

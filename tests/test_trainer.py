@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from schemas import serving
 from schemas import transformed
 from tests.conftest import run_module
 from trainer import data as data_lib
@@ -36,16 +37,16 @@ def test_export_takes_raw_text_without_the_preprocessing_output(trained):
   signature, metadata = export.load(str(model_dir))
   outputs = signature(text=np.array([b'superb wonderful film', b'dull waste',
                                      b'', 'caf\u00e9 \u2014'.encode()]))
-  labels = [label.decode() for label in outputs[export.LABEL].numpy()]
+  labels = [label.decode() for label in outputs[serving.LABEL].numpy()]
   assert labels[:2] == ['pos', 'neg']
-  probabilities = outputs[export.PROBABILITIES].numpy()
+  probabilities = outputs[serving.PROBABILITIES].numpy()
   assert probabilities.shape == (4, 2)
   np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
-  np.testing.assert_allclose(outputs[export.CONFIDENCE].numpy(),
+  np.testing.assert_allclose(outputs[serving.CONFIDENCE].numpy(),
                              probabilities.max(axis=1))
   assert sorted(metadata['label_names']) == ['neg', 'pos']
   assert [metadata['label_names'][i] for i in outputs[
-      export.LABEL_ID].numpy()] == labels
+      serving.LABEL_ID].numpy()] == labels
   assert metadata['preprocessing']['transform']['max_len'] == 24
   assert metadata['training']['epochs'] == 4
 

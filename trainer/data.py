@@ -59,22 +59,22 @@ class PreprocessedData:
 
 def dataset(data: PreprocessedData, split: str, batch_size: int,
             shuffle: bool = False, seed: int = None,
-            features=(transformed.TOKEN_IDS,), with_labels: bool = True,
-            cache: bool = True, drop_remainder: bool = False,
+            feature: str = transformed.TOKEN_IDS, cache: bool = True,
+            drop_remainder: bool = False,
             bucket_width: int = 0) -> tf.data.Dataset:
-  """Batches of (features, label_id) from one split's gzip TFRecords.
+  """Batches of (feature, label_id) from one split's gzip TFRecords.
 
   ``cache`` keeps the parsed split in memory after the first pass; a split
   of 25,000 reviews of 200 ids is 40 MB.
 
   With ``bucket_width``, each batch holds documents of similar length and is
   cut to the longest of them, rounded up to a multiple of the width (see
-  ``length_buckets``); the token ids are then the only feature.
+  ``length_buckets``); the feature must then be the token ids.
   """
   files = data.files(split)
   if not files:
     raise FileNotFoundError(f'no {split} files in {data.data_dir}')
-  spec = data.feature_spec(split, list(features) + [transformed.LABEL_ID])
+  spec = data.feature_spec(split, [feature, transformed.LABEL_ID])
   records = tf.data.Dataset.from_tensor_slices(files).interleave(
       lambda path: tf.data.TFRecordDataset(path, compression_type='GZIP'),
       cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE,
@@ -87,16 +87,11 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
   if shuffle:
     parsed = parsed.shuffle(min(data.num_examples(split), 50000), seed=seed,
                             reshuffle_each_iteration=True)
-
-  def split_label(example):
-    label = example.pop(transformed.LABEL_ID)
-    inputs = example[features[0]] if len(features) == 1 else example
-    return (inputs, label) if with_labels else inputs
-
-  examples = parsed.map(split_label)
+  examples = parsed.map(lambda example: (example[feature],
+                                         example[transformed.LABEL_ID]))
   if bucket_width:
-    if features != (transformed.TOKEN_IDS,) or not with_labels:
-      raise ValueError('length buckets batch (token_ids, label) pairs only')
+    if feature != transformed.TOKEN_IDS:
+      raise ValueError('length buckets batch token ids only')
     batches = length_buckets(examples, batch_size, bucket_width,
                              drop_remainder)
   else:

@@ -16,6 +16,7 @@ import numpy as np  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
 
 from schemas import raw  # pylint: disable=wrong-import-position
+from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
 from trainer import data as data_lib  # pylint: disable=wrong-import-position
 from trainer import export  # pylint: disable=wrong-import-position
@@ -82,8 +83,8 @@ def predict_eval_split(signature, data: data_lib.PreprocessedData,
   """(true label ids, probabilities) of a serving signature on the eval split."""
   labels, probabilities = [], []
   for text, label in data_lib.dataset(
-      data, raw.EVAL, batch_size, features=(transformed.TEXT,), cache=False):
-    probabilities.append(signature(text=text)[export.PROBABILITIES].numpy())
+      data, raw.EVAL, batch_size, feature=transformed.TEXT, cache=False):
+    probabilities.append(signature(text=text)[serving.PROBABILITIES].numpy())
     labels.append(label.numpy())
   return np.concatenate(labels), np.concatenate(probabilities)
 

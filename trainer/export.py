@@ -14,18 +14,11 @@ from typing import Dict, List, Tuple
 
 import tensorflow as tf
 
-from schemas import raw
+from schemas import serving
 from schemas import transformed
 
-SIGNATURE = 'serving_default'
 EXPORT_DIR = 'export'
 METADATA_FILE = posixpath.join('assets.extra', 'metadata.json')
-
-# The signature's outputs.
-LABEL = 'label'
-LABEL_ID = 'label_id'
-CONFIDENCE = 'confidence'
-PROBABILITIES = 'probabilities'
 
 
 class ExportError(Exception):
@@ -41,19 +34,20 @@ class RawTextClassifier(tf.Module):
     self.transform_layer = tft_output.transform_features_layer()
     self.label_names = tf.constant(label_names)
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name='text')])
+  @tf.function(input_signature=[
+      tf.TensorSpec([None], tf.string, name=serving.TEXT)])
   def classify(self, text):
     # Only the text is fed: TFT computes just the features that need no
     # label or id.
-    features = self.transform_layer({raw.TEXT: text})
+    features = self.transform_layer({serving.TEXT: text})
     probabilities = self.model(features[transformed.TOKEN_IDS],
                                training=False)
     label_id = tf.argmax(probabilities, axis=-1)
     return {
-        LABEL: tf.gather(self.label_names, label_id),
-        LABEL_ID: label_id,
-        CONFIDENCE: tf.reduce_max(probabilities, axis=-1),
-        PROBABILITIES: probabilities,
+        serving.LABEL: tf.gather(self.label_names, label_id),
+        serving.LABEL_ID: label_id,
+        serving.CONFIDENCE: tf.reduce_max(probabilities, axis=-1),
+        serving.PROBABILITIES: probabilities,
     }
 
 
@@ -72,7 +66,7 @@ def export(model, tft_output, label_names: List[str], model_dir: str,
   staging = posixpath.join(export_root, f'.tmp-{version}')
   module = RawTextClassifier(model, tft_output, label_names)
   tf.saved_model.save(module, staging,
-                      signatures={SIGNATURE: module.classify})
+                      signatures={serving.SIGNATURE: module.classify})
   metadata = {**metadata, 'version': version, 'label_names': label_names}
   tf.io.gfile.makedirs(posixpath.join(staging, 'assets.extra'))
   with tf.io.gfile.GFile(posixpath.join(staging, METADATA_FILE), 'w') as out:
@@ -105,7 +99,7 @@ def load(model_dir: str) -> Tuple[object, Dict]:
       metadata = json.load(handle)
   except Exception as error:  # pylint: disable=broad-except
     raise ExportError(f'cannot load the model in {path}: {error}') from error
-  signature = loaded.signatures[SIGNATURE]
+  signature = loaded.signatures[serving.SIGNATURE]
   # Keep the loaded object alive as long as its signature is used.
   signature.loaded_object = loaded
   return signature, metadata

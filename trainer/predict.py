@@ -11,7 +11,8 @@ import json
 import sys
 from typing import Dict, List
 
-from pipeline import jobs
+from pipeline import cli
+from schemas import serving
 from trainer import export
 
 
@@ -21,11 +22,11 @@ def predict(signature, label_names: List[str],
   outputs = signature(text=[t.encode('utf-8') for t in texts])
   results = []
   for index, text in enumerate(texts):
-    probabilities = outputs[export.PROBABILITIES][index].numpy().tolist()
+    probabilities = outputs[serving.PROBABILITIES][index].numpy().tolist()
     results.append({
         'text': text,
-        'label': outputs[export.LABEL][index].numpy().decode('utf-8'),
-        'confidence': float(outputs[export.CONFIDENCE][index].numpy()),
+        'label': outputs[serving.LABEL][index].numpy().decode('utf-8'),
+        'confidence': float(outputs[serving.CONFIDENCE][index].numpy()),
         'probabilities': dict(zip(label_names, probabilities)),
     })
   return results
@@ -42,11 +43,11 @@ def run(argv=None):
   args = parser.parse_args(argv)
   texts = args.texts or [line.rstrip('\n') for line in sys.stdin if line.strip()]
   if not texts:
-    raise jobs.JobError('no text given')
+    raise cli.JobError('no text given')
   try:
     signature, metadata = export.load(args.model_dir)
   except export.ExportError as error:
-    raise jobs.JobError(str(error)) from error
+    raise cli.JobError(str(error)) from error
   for result in predict(signature, metadata['label_names'], texts):
     if args.json:
       print(json.dumps(result, ensure_ascii=False))
@@ -58,4 +59,4 @@ def run(argv=None):
 
 
 if __name__ == '__main__':
-  jobs.main(run)
+  cli.main(run)

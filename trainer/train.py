@@ -21,7 +21,7 @@ import time
 import keras
 import tensorflow as tf
 
-from pipeline import jobs
+from pipeline import cli
 from schemas import raw
 from trainer import data as data_lib
 from trainer import evaluate
@@ -147,12 +147,12 @@ def run(argv=None):
   try:
     data = data_lib.PreprocessedData.load(args.data_dir)
   except (tf.errors.NotFoundError, FileNotFoundError, KeyError) as error:
-    raise jobs.JobError(
+    raise cli.JobError(
         f'{args.data_dir} is not a preprocessing output: {error}') from error
   try:
     params = model_params(args)
   except ValueError as error:
-    raise jobs.JobError(str(error)) from error
+    raise cli.JobError(str(error)) from error
   tf.io.gfile.makedirs(args.model_dir)
   model, history, seconds = train(args, params, data)
   export_dir = export.export(model, data.tft_output, data.label_names,
@@ -176,4 +176,4 @@ def run(argv=None):
 
 
 if __name__ == '__main__':
-  jobs.main(run)
+  cli.main(run)
