@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from pipeline import cli
 from pipeline import jobs
+from pipeline import kept_fields
 from pipeline import outputs
 from pipeline import readers
 from pipeline import records
@@ -143,7 +144,7 @@ class Validate(records.CountingDoFn):
     reason = records.check_record(record, self._max_text_bytes,
                                   require_label=False)
     if not reason and not all(
-        readers.conforms(record[raw.KEPT][name], arrow_type)
+        kept_fields.conforms(record[raw.KEPT][name], arrow_type)
         for name, arrow_type in self._kept_types):
       reason = rejected.WRONG_TYPE
     if reason:
@@ -220,7 +221,7 @@ def settings_from_args(args) -> Settings:
     pattern, fmt = readers.resolve_input(args.input, args.format)
     config = readers.read_config_from_args(
         args, format=fmt, label_field=None, keep_fields=keep_fields)
-    kept = readers.kept_fields_schema(pattern, config)
+    kept = kept_fields.schema(pattern, config)
     export_dir = export.resolve(args.model_dir)
     _, metadata = export.load(export_dir)
     # Fails here, before the pipeline, on labels or kept fields that would

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline import readers
+from pipeline.readers import sources
 from schemas import raw
 from schemas import rejected
 from tests.conftest import run_and_collect
@@ -105,7 +106,7 @@ def test_tsv_without_header_and_splittable_csv(tmp_path):
   csv_path = tmp_path / 'big.csv'
   csv_path.write_text('id,text,label\n' + ''.join(
       f'{i},text {i},l\n' for i in range(2000)))
-  source = readers._CsvSource(str(csv_path), readers.ReadConfig(
+  source = sources.CsvSource(str(csv_path), readers.ReadConfig(
       format='csv', csv_splittable=True), ',')
   splits = [(s.source, s.start_position, s.stop_position)
             for s in source.split(desired_bundle_size=1000)]
@@ -119,8 +120,8 @@ def test_text_lines_split_anywhere_read_each_line_once(tmp_path):
   path = tmp_path / 'lines.txt'
   lines = [f'line number {i} ' + 'x' * (i % 37) for i in range(500)]
   path.write_text('\n'.join(lines) + '\n')
-  source = readers._LineSource(str(path), readers.ReadConfig(format='text'),
-                               readers._parse_text_line)
+  source = sources.LineSource(str(path), readers.ReadConfig(format='text'),
+                              sources.parse_text_line)
   splits = [(s.source, s.start_position, s.stop_position)
             for s in source.split(desired_bundle_size=333)]
   source_test_utils.assert_sources_equal_reference_source(
@@ -135,8 +136,8 @@ def test_parquet_row_groups_split_with_row_number_ids(tmp_path):
   table = pa.table({'text': [f'doc {i}' for i in range(100)] + [None, None],
                     'label': ['a', 'b'] * 51, 'number': list(range(102))})
   pq.write_table(table, path, row_group_size=10)
-  source = readers._ParquetSource(str(path),
-                                  readers.ReadConfig(format='parquet'))
+  source = sources.ParquetSource(str(path),
+                                 readers.ReadConfig(format='parquet'))
   splits = [(s.source, s.start_position, s.stop_position)
             for s in source.split(desired_bundle_size=300)]
   assert len(splits) > 1

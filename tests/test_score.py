@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import cli
+from pipeline import kept_fields
 from pipeline import outputs
 from pipeline import readers
 from pipeline import score
@@ -303,16 +304,16 @@ def test_kept_field_types_come_from_the_input(tmp_path):
   jsonl.write_text('{"text": "a", "n": 1, "x": 1.5, "tag": "t"}\n'
                    '{"text": "b", "n": 2, "x": 2, "tag": null}\n')
   config = readers.ReadConfig(format='jsonl', keep_fields=('n', 'x', 'tag'))
-  assert readers.kept_fields_schema(str(jsonl), config) == pa.schema(
+  assert kept_fields.schema(str(jsonl), config) == pa.schema(
       [('n', pa.int64()), ('x', pa.float64()), ('tag', pa.string())])
   parquet = tmp_path / 'rows.parquet'
   pq.write_table(pa.table({'text': ['a'], 'day': pa.array(
       [1], pa.date32())}), parquet)
   config = readers.ReadConfig(format='parquet', keep_fields=('day',))
-  assert readers.kept_fields_schema(str(parquet), config) == pa.schema(
+  assert kept_fields.schema(str(parquet), config) == pa.schema(
       [('day', pa.date32())])
-  assert readers.conforms(3, pa.int64())
-  assert not readers.conforms('three', pa.int64())
+  assert kept_fields.conforms(3, pa.int64())
+  assert not kept_fields.conforms('three', pa.int64())
   with pytest.raises(readers.ReaderError, match='no field'):
-    readers.kept_fields_schema(str(parquet), readers.ReadConfig(
+    kept_fields.schema(str(parquet), readers.ReadConfig(
         format='parquet', keep_fields=('missing',)))

@@ -1,0 +1,78 @@
+"""One reading layer for every Beam job: any supported corpus -> raw records.
+
+Each format is a Beam ``FileBasedSource`` (``sources``), read through
+``ReadAllFiles`` so that large files are split into byte ranges read in
+parallel and many small files spread over the workers; folders of documents
+are read one file a document (``documents``). Every record is a dict keyed by
+``schemas.raw`` names. A record the reader cannot parse is still yielded, with
+``reason`` set (``rows.rejection``), so that the job can count it and send it
+to the dead letters: readers never drop and never raise on bad rows.
+
+The jobs need only the names this package exports.
+"""
+import apache_beam as beam
+from apache_beam.io import filebasedsource
+from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
+
+from pipeline.readers import sources
+from pipeline.readers.config import FORMATS
+from pipeline.readers.config import ReadConfig
+from pipeline.readers.config import ReaderError
+from pipeline.readers.config import add_reader_arguments
+from pipeline.readers.config import read_config_from_args
+from pipeline.readers.config import resolve_input
+from pipeline.readers.documents import read_document
+
+# read_document is for bench/train.py, which reads corpora without Beam.
+__all__ = ('FORMATS', 'ReadConfig', 'ReaderError', 'ReadRecords',
+           'add_reader_arguments', 'read_config_from_args', 'read_document',
+           'resolve_input')
+
+_DESIRED_SPLIT_BYTES = 64 << 20
+_FILES_PER_READ = 100
+
+
+class ReadRecords(beam.PTransform):
+  """Reads raw-record dicts from every file matching a pattern.
+
+  ``pattern`` and ``config.format`` should come from ``resolve_input``.
+  """
+
+  def __init__(self, pattern: str, config: ReadConfig):
+    super().__init__()
+    if config.format not in FORMATS:
+      raise ReaderError(f'resolve the format first, not {config.format!r}')
+    self._pattern = pattern
+    self._fmt = config.format
+    self._config = config
+
+  def expand(self, pbegin):
+    if self._fmt in ('files', 'email'):
+      # A source per file costs a match and a split per file; for many small
+      # documents, spreading groups of paths over the workers costs less.
+      return (pbegin
+              | 'Pattern' >> beam.Create([self._pattern])
+              | 'Match' >> fileio.MatchAll()
+              | 'Paths' >> beam.Map(lambda metadata: metadata.path)
+              | 'Group' >> beam.BatchElements(
+                  min_batch_size=_FILES_PER_READ, max_batch_size=_FILES_PER_READ)
+              | 'Spread' >> beam.Reshuffle()
+              | 'ReadDocuments' >> beam.FlatMap(
+                  lambda paths, config, is_email: [
+                      read_document(path, config, is_email)
+                      for path in paths],
+                  self._config, self._fmt == 'email'))
+    splittable = self._fmt in ('jsonl', 'text', 'parquet') or (
+        self._fmt in ('csv', 'tsv') and self._config.csv_splittable)
+    compression = (CompressionTypes.UNCOMPRESSED if self._fmt == 'parquet'
+                   else CompressionTypes.AUTO)
+    return (pbegin
+            | 'Pattern' >> beam.Create([self._pattern])
+            | 'ReadFiles' >> filebasedsource.ReadAllFiles(
+                splittable=splittable,
+                compression_type=compression,
+                desired_bundle_size=_DESIRED_SPLIT_BYTES,
+                min_bundle_size=0,
+                source_from_file=sources.source_factory(self._fmt,
+                                                        self._config)))

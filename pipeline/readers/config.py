@@ -1,0 +1,129 @@
+"""What to read and how: the reading flags, their config, the input's format."""
+import argparse
+import dataclasses
+import os
+import posixpath
+from typing import Optional, Tuple
+
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
+
+FORMATS = ('jsonl', 'csv', 'tsv', 'parquet', 'tfrecord', 'text', 'files',
+           'email')
+_EXTENSION_FORMATS = {
+    '.jsonl': 'jsonl', '.ndjson': 'jsonl', '.json': 'jsonl',
+    '.csv': 'csv', '.tsv': 'tsv',
+    '.parquet': 'parquet', '.pq': 'parquet',
+    '.tfrecord': 'tfrecord', '.tfrecords': 'tfrecord',
+    '.eml': 'email',
+    '.txt': 'text',
+}
+_COMPRESSION_EXTENSIONS = ('.gz', '.bz2', '.zst', '.deflate', '.lzma', '.xz')
+
+
+class ReaderError(ValueError):
+  """A job-level problem with the input: no files, unknown format."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadConfig:
+  """How to read records: the format and where text, label, id and split are."""
+  format: str = 'auto'
+  text_field: str = 'text'
+  label_field: Optional[str] = 'label'
+  id_field: Optional[str] = 'id'
+  split_field: Optional[str] = None
+  csv_columns: Optional[Tuple[str, ...]] = None  # None: the first row names them
+  csv_delimiter: Optional[str] = None  # None: ',' for csv, tab for tsv
+  csv_splittable: bool = False
+  encoding: str = 'utf-8'
+  max_text_bytes: int = 1 << 20
+  keep_fields: Tuple[str, ...] = ()  # passed through as raw.KEPT
+
+
+def add_reader_arguments(parser: argparse.ArgumentParser):
+  """The reading flags every job shares."""
+  group = parser.add_argument_group('input')
+  group.add_argument('--input', required=True,
+                     help='File pattern (glob, ** allowed) or folder to read.')
+  group.add_argument('--format', default='auto', choices=('auto',) + FORMATS,
+                     help='Input format; auto picks it from the extension, '
+                     'and a folder is read as one document per file.')
+  group.add_argument('--text_field', default='text')
+  group.add_argument('--id_field', default='id',
+                     help='Field with a record id; records without one get '
+                     'source file + position.')
+  group.add_argument('--csv_columns', default=None,
+                     help='Comma-separated column names for CSV/TSV files '
+                     'without a header row.')
+  group.add_argument('--csv_delimiter', default=None)
+  group.add_argument('--csv_splittable', action='store_true',
+                     help='Split CSV files at line boundaries for parallel '
+                     'reads; only safe when no quoted field holds a newline.')
+  group.add_argument('--encoding', default='utf-8',
+                     help='Text encoding of the input; records with bytes '
+                     'invalid in it are rejected (emails replace them).')
+  group.add_argument('--max_text_bytes', type=int, default=1 << 20,
+                     help='Records with more text than this are rejected.')
+  return group
+
+
+def read_config_from_args(args, **overrides) -> ReadConfig:
+  values = dict(
+      format=args.format,
+      text_field=args.text_field,
+      id_field=args.id_field or None,
+      csv_columns=(tuple(c.strip() for c in args.csv_columns.split(','))
+                   if args.csv_columns else None),
+      csv_delimiter=args.csv_delimiter,
+      csv_splittable=args.csv_splittable,
+      encoding=args.encoding,
+      max_text_bytes=args.max_text_bytes,
+  )
+  values.update(overrides)
+  return ReadConfig(**values)
+
+
+def _strip_compression(path: str) -> str:
+  for extension in _COMPRESSION_EXTENSIONS:
+    if path.endswith(extension):
+      return path[:-len(extension)]
+  return path
+
+
+def _is_directory(path: str) -> bool:
+  if any(c in path for c in '*?['):
+    return False
+  if isinstance(FileSystems.get_filesystem(path), LocalFileSystem):
+    return os.path.isdir(path)
+  # Object stores have no folders, only prefixes that objects share.
+  return path.endswith('/') or (not FileSystems.exists(path) and bool(
+      FileSystems.match([path.rstrip('/') + '/**'], [1])[0].metadata_list))
+
+
+def resolve_input(pattern: str, fmt: str) -> Tuple[str, str]:
+  """The file pattern and format to read; a folder means every file below it.
+
+  Raises ReaderError when the format is unknown or no file matches, so that
+  the job can stop with one clear line before it starts a pipeline.
+  """
+  if fmt != 'auto' and fmt not in FORMATS:
+    raise ReaderError(f'unknown format {fmt!r}; choose one of {FORMATS}')
+  if _is_directory(pattern):
+    pattern = pattern.rstrip('/') + '/**'
+    if fmt == 'auto':
+      fmt = 'files'
+  try:
+    matched = FileSystems.match([pattern])[0].metadata_list
+  except Exception as error:  # pylint: disable=broad-except
+    raise ReaderError(f'cannot list {pattern}: {error}') from error
+  if not matched:
+    raise ReaderError(f'no input file matches {pattern}')
+  if fmt == 'auto':
+    extension = posixpath.splitext(_strip_compression(matched[0].path))[1]
+    fmt = _EXTENSION_FORMATS.get(extension.lower())
+    if fmt is None:
+      raise ReaderError(
+          f'cannot tell the format of {matched[0].path} from its extension; '
+          f'pass --format (one of {", ".join(FORMATS)})')
+  return pattern, fmt

@@ -1,0 +1,37 @@
+"""One document a file (aclImdb, email folders): the label is the folder."""
+import posixpath
+from typing import Dict, Optional
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import email_text
+from pipeline.readers import config as config_lib
+from pipeline.readers import rows
+from schemas import raw
+from schemas import rejected
+
+
+def _split_from_path(path: str) -> Optional[str]:
+  """aclImdb layout: <split>/<label>/<file>; the split folder, when named so."""
+  grandparent = posixpath.basename(posixpath.dirname(posixpath.dirname(path)))
+  return grandparent if grandparent.lower() in raw.SPLIT_ALIASES else None
+
+
+def read_document(path: str, config: config_lib.ReadConfig,
+                  is_email: bool) -> Dict:
+  """One document a file (aclImdb, email folders); label = parent folder."""
+  with FileSystems.open(path) as handle:
+    # One byte past the limit is enough to know the document is too long.
+    content = handle.read(config.max_text_bytes + 1)
+  if len(content) > config.max_text_bytes:
+    return rows.rejection(path, path, rejected.TEXT_TOO_LONG, content)
+  if is_email:
+    text = email_text.email_to_text(content)
+  else:
+    try:
+      text = content.decode(config.encoding)
+    except UnicodeDecodeError:
+      return rows.rejection(path, path, rejected.UNDECODABLE_TEXT, content)
+  return {raw.ID: path, raw.SOURCE: path, raw.TEXT: text,
+          raw.LABEL: posixpath.basename(posixpath.dirname(path)) or None,
+          raw.SPLIT: _split_from_path(path)}
