@@ -9,7 +9,9 @@ import collections
 import dataclasses
 import json
 import posixpath
+import re
 from typing import Dict, List, Optional
+import unicodedata
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -19,6 +21,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from pipeline import cli
 from pipeline import outputs
+from pipeline import transform
 from schemas import raw
 from schemas import rejected
 
@@ -26,6 +29,17 @@ from schemas import rejected
 REJECTED = 'rejected'
 STATS = 'stats'
 _COUNTS_FILE = '_counts'
+
+
+_HTML_TAG = re.compile(transform.HTML_TAG)
+
+
+def has_visible_text(text: str) -> bool:
+  """Whether anything is left once normalization removes HTML tags: a
+  document of only ``<br />`` or zero-width characters would be scored as
+  an empty one, with the same answer whatever it was."""
+  return any(not char.isspace() and unicodedata.category(char) != 'Cf'
+             for char in _HTML_TAG.sub(' ', text))
 
 
 def check_record(record: Dict, max_text_bytes: int,
@@ -39,6 +53,8 @@ def check_record(record: Dict, max_text_bytes: int,
   if len(text) > max_text_bytes or len(
       text.encode('utf-8', 'replace')) > max_text_bytes:
     return rejected.TEXT_TOO_LONG
+  if not has_visible_text(text):
+    return rejected.EMPTY_TEXT
   if require_label and not (record.get(raw.LABEL) or '').strip():
     return rejected.MISSING_LABEL
   return None

@@ -12,7 +12,8 @@ from schemas import raw
 from schemas import transformed
 
 # Tags such as <br /> and <p>; bounded so a stray '<' cannot swallow a review.
-_HTML_TAG = r'<[^<>]{0,200}>'
+# The same pattern in RE2 (TF) and Python's re.
+HTML_TAG = r'<[^<>]{0,200}>'
 # Unicode punctuation and symbols become tokens of their own.
 _PUNCTUATION = r'([\p{P}\p{S}])'
 
@@ -63,7 +64,7 @@ def normalize(text: tf.Tensor, keep_punctuation: bool = True) -> tf.Tensor:
   """Lower case, HTML tags removed, punctuation split off as its own tokens
   (or replaced by spaces)."""
   text = tf.strings.lower(text, encoding='utf-8')
-  text = tf.strings.regex_replace(text, _HTML_TAG, ' ')
+  text = tf.strings.regex_replace(text, HTML_TAG, ' ')
   return tf.strings.regex_replace(text, _PUNCTUATION,
                                   r' \1 ' if keep_punctuation else ' ')
 

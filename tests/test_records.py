@@ -1,0 +1,55 @@
+"""Record checks and the counts every job reconciles before publishing."""
+import pytest
+
+from pipeline import cli
+from pipeline import records
+from schemas import raw
+from schemas import rejected
+
+
+def record(text, label='pos'):
+  return {raw.ID: 'x', raw.SOURCE: 'file', raw.TEXT: text, raw.LABEL: label}
+
+
+@pytest.mark.parametrize('text', [
+    '', ' \n\t ', '<br />', '<br /><br />  <p>', '\u200b\u200b',
+    '\ufeff<br />\u200d', '\u00ad'])
+def test_text_with_nothing_visible_is_empty(text):
+  assert records.check_record(record(text), 1000, True) == rejected.EMPTY_TEXT
+
+
+@pytest.mark.parametrize('text', ['a', '<br />ok', '\u200bhi', '!', '1 < 2'])
+def test_text_with_something_visible_is_kept(text):
+  assert records.check_record(record(text), 1000, True) is None
+
+
+def test_length_is_checked_in_characters_and_in_utf8_bytes():
+  assert records.check_record(record('é' * 6), 10,
+                              True) == rejected.TEXT_TOO_LONG
+  assert records.check_record(record('e' * 10), 10, True) is None
+
+
+def test_a_label_is_required_only_where_asked():
+  assert records.check_record(record('fine', label=' '), 100,
+                              True) == rejected.MISSING_LABEL
+  assert records.check_record(record('fine', label=None), 100, False) is None
+
+
+def test_tally_from_counts_and_reconcile():
+  tally = records.Tally.from_counts([
+      ['read', 10], ['written', 'train', 6], ['written', 'eval', 2],
+      ['rejected', 'empty_text', 1], ['rejected', 'bad', 1],
+      ['label', 'train', 'pos', 4], ['label', 'train', 'neg', 2],
+      ['length', 7, 3]])
+  assert (tally.read, tally.total_written, tally.rejected) == (10, 8, 2)
+  assert tally.rejected_by_reason == {'bad': 1, 'empty_text': 1}
+  assert tally.labels == {'train': {'neg': 2, 'pos': 4}}
+  assert tally.lengths == {7: 3}
+  tally.reconcile()
+
+
+def test_a_tally_that_does_not_add_up_is_a_job_error():
+  tally = records.Tally.from_counts([['read', 3], ['written', 2]])
+  assert tally.written == {'': 2}
+  with pytest.raises(cli.JobError, match='do not reconcile'):
+    tally.reconcile()
