@@ -1,4 +1,5 @@
 """The reading layer: every format, ids, labels, splits, bad rows, splitting."""
+import argparse
 import gzip
 import json
 import os
@@ -213,3 +214,18 @@ def test_resolve_input_errors_and_defaults(tmp_path):
       str(tmp_path) + '/**', 'files')
   (tmp_path / 'b.csv.gz').write_bytes(gzip.compress(b'text\nx\n'))
   assert readers.resolve_input(str(tmp_path / '*.csv.gz'), 'auto')[1] == 'csv'
+
+
+def test_unknown_encoding_is_a_reader_error():
+  with pytest.raises(readers.ReaderError, match='encoding'):
+    readers.ReadConfig(encoding='no-such-codec')
+
+
+def test_allow_corrupt_files_flag():
+  parser = argparse.ArgumentParser()
+  readers.add_reader_arguments(parser)
+  default = readers.read_config_from_args(parser.parse_args(['--input=x']))
+  allowed = readers.read_config_from_args(parser.parse_args(
+      ['--input=x', '--allow_corrupt_files']))
+  assert (default.allow_corrupt_files, allowed.allow_corrupt_files) == (
+      False, True)
