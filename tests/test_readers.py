@@ -314,20 +314,28 @@ def test_truncated_or_corrupt_gzip_is_one_corrupt_file_letter(tmp_path):
       raw.SNIPPET]
 
 
-def test_truncated_parquet_is_one_corrupt_file_letter(tmp_path):
+def test_truncated_parquet_or_bad_row_group_is_one_corrupt_file_letter(tmp_path):
   table = pa.table({'text': [f'doc {i}' for i in range(100)]})
   good = tmp_path / 'a_good.parquet'
   pq.write_table(table, good, row_group_size=10)
   whole = good.read_bytes()
   cut = tmp_path / 'b_cut.parquet'
   cut.write_bytes(whole[:len(whole) // 2])
+  # A row group whose pages are unreadable costs only its own rows.
+  chunk = pq.ParquetFile(good).metadata.row_group(5).column(0)
+  start = chunk.dictionary_page_offset or chunk.data_page_offset
+  end = start + chunk.total_compressed_size
+  bad_group = tmp_path / 'c_bad_group.parquet'
+  bad_group.write_bytes(whole[:start] + b'\xff' * (end - start) + whole[end:])
   records = read(tmp_path / '*.parquet')
   assert_writable(records)
-  assert len([r for r in records if not r.get(raw.REASON)]) == 100
-  assert letters(records) == [(f'{cut}:0', rejected.CORRUPT_FILE)]
-  letter = [r for r in records if r.get(raw.REASON)][0]
-  assert letter[raw.SOURCE] == str(cut)
-  assert 'footer' in letter[raw.SNIPPET]
+  assert len([r for r in records if not r.get(raw.REASON)]) == 100 + 90
+  assert letters(records) == [(f'{cut}:0', rejected.CORRUPT_FILE),
+                              (f'{bad_group}:50', rejected.CORRUPT_FILE)]
+  by_source = {r[raw.SOURCE]: r for r in records if r.get(raw.REASON)}
+  assert 'footer' in by_source[str(cut)][raw.SNIPPET]
+  assert f'row group 5 (rows 50-59, from byte {start})' in by_source[
+      str(bad_group)][raw.SNIPPET]
 
 
 def test_runaway_quoted_csv_field_is_one_dead_letter(tmp_path):
