@@ -23,3 +23,9 @@ UNKNOWN_SPLIT = 'unknown_split'          # a split value we cannot map
 MISSING_SPLIT = 'missing_split'          # --split_field given, value absent
 LABEL_NOT_IN_TRAIN = 'label_not_in_train'  # eval label the model cannot know
 INFERENCE_FAILED = 'inference_failed'    # the model raised on its batch
+# A file that cannot be read to its end (a truncated or corrupt compressed
+# stream, an unreadable Parquet footer or row group, TFRecord framing that
+# cannot be resynchronised): one dead letter covers all that is lost, its id
+# the file and the position where the loss begins, its snippet the byte
+# offset and the error. Records read before the fault are kept.
+CORRUPT_FILE = 'corrupt_file'

@@ -1,4 +1,5 @@
 """The reading layer: every format, ids, labels, splits, bad rows, splitting."""
+import argparse
 import gzip
 import json
 import os
@@ -213,3 +214,274 @@ def test_resolve_input_errors_and_defaults(tmp_path):
       str(tmp_path) + '/**', 'files')
   (tmp_path / 'b.csv.gz').write_bytes(gzip.compress(b'text\nx\n'))
   assert readers.resolve_input(str(tmp_path / '*.csv.gz'), 'auto')[1] == 'csv'
+
+
+# --------------------------------------------------------------------------
+# Faults: a bad file or record is a dead letter, never a crash or a loss.
+
+
+def letters(records):
+  """The records a reader rejected, as (id, reason), sorted."""
+  return sorted((r[raw.ID], r[raw.REASON]) for r in records
+                if r.get(raw.REASON))
+
+
+def assert_writable(records):
+  """Every record can be written as the dead-letter writer writes it."""
+  for record in records:
+    json.dumps(record, ensure_ascii=False).encode('utf-8')
+
+
+def write_examples(path, texts):
+  """A TFRecord file of tf.Examples; the byte offset of each record."""
+  offsets, position = [], 0
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for text in texts:
+      serialized = tf.train.Example(features=tf.train.Features(feature={
+          'text': tf.train.Feature(bytes_list=tf.train.BytesList(
+              value=[text.encode()])),
+      })).SerializeToString()
+      offsets.append(position)
+      position += 16 + len(serialized)  # length, its CRC, data, its CRC
+      writer.write(serialized)
+  return offsets
+
+
+def test_lone_surrogates_are_undecodable_text(tmp_path):
+  jsonl = tmp_path / 'data.jsonl'
+  jsonl.write_bytes(b'\n'.join([
+      b'{"id":"sur","text":"abc \\ud800 def"}',
+      b'{"id":"lab","text":"fine","label":"\\udfff"}',
+      b'{"id":"kept","text":"fine","tag":["\\ud83d"]}',
+      b'{"id":"\\udc00","text":"fine"}',
+      b'{"id":"pair","text":"smile \\ud83d\\ude00"}',  # a valid pair is text
+  ]) + b'\n')
+  records = read(jsonl, keep_fields=('tag',))
+  assert_writable(records)
+  reasons = {r[raw.ID]: r.get(raw.REASON) for r in records}
+  # An id that cannot be written is replaced by the record's position.
+  bad_id = [i for i in reasons if i.startswith(str(jsonl))]
+  assert len(bad_id) == 1
+  assert reasons == {'sur': rejected.UNDECODABLE_TEXT,
+                     'lab': rejected.UNDECODABLE_TEXT,
+                     'kept': rejected.UNDECODABLE_TEXT,
+                     bad_id[0]: rejected.UNDECODABLE_TEXT, 'pair': None}
+  assert [r[raw.TEXT] for r in records if r[raw.ID] == 'pair'] == [
+      'smile \U0001F600']
+  parquet = tmp_path / 'data.parquet'
+  strings = pa.array([b'ok', b'bad \xff', b'\xed\xa0\x80'], pa.binary())
+  pq.write_table(pa.table({'text': strings.view(pa.string()),
+                           'label': ['a', 'b', 'c']}), parquet)
+  records = read(parquet)
+  assert_writable(records)
+  assert [(r[raw.ID], r.get(raw.REASON)) for r in records] == [
+      (f'{parquet}:0', None), (f'{parquet}:1', rejected.UNDECODABLE_TEXT),
+      (f'{parquet}:2', rejected.UNDECODABLE_TEXT)]
+
+
+def test_truncated_or_corrupt_gzip_is_one_corrupt_file_letter(tmp_path):
+  lines = [json.dumps({'id': f'r{i:04}', 'text': f'row {i} ' + 'x' * 50})
+           for i in range(2000)]
+  data = ('\n'.join(lines) + '\n').encode()
+  whole = gzip.compress(data)
+  truncated = tmp_path / 'a_truncated.jsonl.gz'
+  truncated.write_bytes(whole[:len(whole) // 2])
+  corrupt = tmp_path / 'b_corrupt.jsonl.gz'
+  corrupt.write_bytes(whole[:3] + b'\xff' * 7 + whole[10:])
+  (tmp_path / 'c_good.jsonl.gz').write_bytes(whole)
+  records = read(tmp_path / '*.jsonl.gz')
+  assert_writable(records)
+  by_source = {}
+  for record in records:
+    by_source.setdefault(os.path.basename(record[raw.SOURCE]), []).append(
+        record)
+  assert len(by_source['c_good.jsonl.gz']) == 2000
+  kept = [r for r in by_source['a_truncated.jsonl.gz'] if not r.get(raw.REASON)]
+  # The rows before the cut are kept, in order; the cut line is no
+  # malformed record but part of the one letter for the rest of the file.
+  assert 0 < len(kept) < 2000
+  assert [r[raw.ID] for r in kept] == [f'r{i:04}' for i in range(len(kept))]
+  lost_at = sum(len(line) + 1 for line in lines[:len(kept)])
+  assert letters(by_source['a_truncated.jsonl.gz']) == [
+      (f'{truncated}:{lost_at}', rejected.CORRUPT_FILE)]
+  letter = [r for r in by_source['a_truncated.jsonl.gz']
+            if r.get(raw.REASON)][0]
+  assert 'end of its stream' in letter[raw.SNIPPET]
+  assert str(len(whole) // 2) in letter[raw.SNIPPET]
+  assert letters(by_source['b_corrupt.jsonl.gz']) == [
+      (f'{corrupt}:0', rejected.CORRUPT_FILE)]
+  assert 'while decompressing data' in by_source['b_corrupt.jsonl.gz'][0][
+      raw.SNIPPET]
+
+
+def test_truncated_parquet_or_bad_row_group_is_one_corrupt_file_letter(tmp_path):
+  table = pa.table({'text': [f'doc {i}' for i in range(100)]})
+  good = tmp_path / 'a_good.parquet'
+  pq.write_table(table, good, row_group_size=10)
+  whole = good.read_bytes()
+  cut = tmp_path / 'b_cut.parquet'
+  cut.write_bytes(whole[:len(whole) // 2])
+  # A row group whose pages are unreadable costs only its own rows.
+  chunk = pq.ParquetFile(good).metadata.row_group(5).column(0)
+  start = chunk.dictionary_page_offset or chunk.data_page_offset
+  end = start + chunk.total_compressed_size
+  bad_group = tmp_path / 'c_bad_group.parquet'
+  bad_group.write_bytes(whole[:start] + b'\xff' * (end - start) + whole[end:])
+  records = read(tmp_path / '*.parquet')
+  assert_writable(records)
+  assert len([r for r in records if not r.get(raw.REASON)]) == 100 + 90
+  assert letters(records) == [(f'{cut}:0', rejected.CORRUPT_FILE),
+                              (f'{bad_group}:50', rejected.CORRUPT_FILE)]
+  by_source = {r[raw.SOURCE]: r for r in records if r.get(raw.REASON)}
+  assert 'footer' in by_source[str(cut)][raw.SNIPPET]
+  assert f'row group 5 (rows 50-59, from byte {start})' in by_source[
+      str(bad_group)][raw.SNIPPET]
+
+
+def test_runaway_quoted_csv_field_is_one_dead_letter(tmp_path):
+  rows = [f'{i},row {i},pos' for i in range(200)]
+  # Bigger than any field limit the csv module was ever given here.
+  rows[100] = '100,"' + ('y' * 99 + '\n') * 46000 + '",pos'
+  rows[150] = '150,"' + 'z' * 3000 + '",pos'  # too long, yet within bounds
+  path = tmp_path / 'data.csv'
+  header = 'id,text,label\n'
+  path.write_text(header + '\n'.join(rows) + '\n')
+  records = read(path, max_text_bytes=1000)
+  assert_writable(records)
+  assert len(records) == 200
+  runaway_at = len(header) + sum(len(row) + 1 for row in rows[:100])
+  assert letters(records) == [(f'{path}:{runaway_at}', rejected.TEXT_TOO_LONG)]
+  by_id = {r[raw.ID]: r for r in records}
+  assert (by_id['101'][raw.TEXT], by_id['101'][raw.LABEL]) == ('row 101',
+                                                               'pos')
+  # Under the reader's bound the record keeps its id; the job rejects it.
+  assert by_id['150'][raw.TEXT] == 'z' * 3000
+  unterminated = tmp_path / 'open.csv'
+  unterminated.write_text('id,text\n0,fine\n1,"never closed\n' +
+                          '2,x\n' * 20000)
+  records = read(unterminated, max_text_bytes=1000)
+  assert [r[raw.TEXT] for r in records if not r.get(raw.REASON)] == ['fine']
+  assert letters(records) == [(f'{unterminated}:15', rejected.MALFORMED_RECORD)]
+  assert 'unterminated' in records[0][raw.SNIPPET]
+
+
+@pytest.mark.parametrize('encoding', ['utf-16', 'utf-16-be', 'utf-32-le'])
+def test_utf16_and_utf32_files(tmp_path, encoding):
+  texts = ['héllo wörld', 'snow \u2603 man', 'smile \U0001F600']
+  (tmp_path / 'data.jsonl').write_bytes('\n'.join(
+      json.dumps({'id': str(i), 'text': t}, ensure_ascii=False)
+      for i, t in enumerate(texts)).encode(encoding))
+  (tmp_path / 'data.csv').write_bytes(('id,text\r\n' + ''.join(
+      f'{i},"{t}\nmore"\r\n' for i, t in enumerate(texts))).encode(encoding))
+  (tmp_path / 'data.txt').write_bytes('\n'.join(texts).encode(encoding))
+  assert [r[raw.TEXT] for r in read(tmp_path / 'data.jsonl',
+                                    encoding=encoding)] == texts
+  assert [r[raw.TEXT] for r in read(tmp_path / 'data.csv', label_field=None,
+                                    encoding=encoding)] == [
+                                        t + '\nmore' for t in texts]
+  assert sorted(r[raw.TEXT] for r in read(
+      tmp_path / 'data.txt', encoding=encoding)) == sorted(texts)
+
+
+def test_utf16_lines_split_anywhere_read_each_line_once(tmp_path):
+  path = tmp_path / 'lines.txt'
+  lines = [f'line \u0a0d {i} ' + 'x' * (i % 37) for i in range(300)]
+  path.write_bytes('\r\n'.join(lines).encode('utf-16'))
+  source = sources.LineSource(str(path), readers.ReadConfig(
+      format='text', encoding='utf-16'), sources.parse_text_line)
+  splits = [(s.source, s.start_position, s.stop_position)
+            for s in source.split(desired_bundle_size=333)]
+  source_test_utils.assert_sources_equal_reference_source(
+      (source, None, None), splits)
+  assert sorted(r[raw.TEXT] for r in source_test_utils.read_from_source(
+      source)) == sorted(lines)
+
+
+def test_unknown_encoding_is_a_reader_error():
+  with pytest.raises(readers.ReaderError, match='encoding'):
+    readers.ReadConfig(encoding='no-such-codec')
+
+
+def test_utf8_bom_is_stripped(tmp_path):
+  bom = b'\xef\xbb\xbf'
+  (tmp_path / 'data.jsonl').write_bytes(bom + b'{"id": "a", "text": "x"}\n')
+  (tmp_path / 'data.csv').write_bytes(bom + b'text,label\nhello,pos\n')
+  (tmp_path / 'docs' / 'pos').mkdir(parents=True)
+  (tmp_path / 'docs' / 'pos' / '1.txt').write_bytes(bom + b'great')
+  assert summary(read(tmp_path / 'data.jsonl')) == [('a', 'x', None)]
+  assert [(r.get(raw.REASON) or r[raw.TEXT], r[raw.LABEL]) for r in read(
+      tmp_path / 'data.csv', id_field=None)] == [('hello', 'pos')]
+  assert [r[raw.TEXT] for r in read(tmp_path / 'docs')] == ['great']
+
+
+def test_cr_only_line_endings_split_lines(tmp_path):
+  text = tmp_path / 'mac.txt'
+  lines = [f'line {i}' for i in range(100)]
+  text.write_bytes('\r'.join(lines).encode() + b'\r')
+  assert sorted(r[raw.TEXT] for r in read(text)) == sorted(lines)
+  source = sources.LineSource(str(text), readers.ReadConfig(format='text'),
+                              sources.parse_text_line)
+  splits = [(s.source, s.start_position, s.stop_position)
+            for s in source.split(desired_bundle_size=50)]
+  source_test_utils.assert_sources_equal_reference_source(
+      (source, None, None), splits)
+  mixed = tmp_path / 'mixed.jsonl'
+  mixed.write_bytes(b'{"text": "a"}\r{"text": "b"}\r\n{"text": "c"}\n\r'
+                    b'{"text": "d"}')
+  assert sorted(r[raw.TEXT] for r in read(mixed)) == ['a', 'b', 'c', 'd']
+  csv_path = tmp_path / 'mac.csv'
+  csv_path.write_bytes(b'text,label\r"two\rlines",a\rplain,b\r')
+  assert [(r[raw.TEXT], r[raw.LABEL]) for r in sorted(
+      read(csv_path, id_field=None), key=lambda r: r[raw.LABEL])] == [
+          ('two\rlines', 'a'), ('plain', 'b')]
+
+
+def test_nul_bytes_are_not_text(tmp_path):
+  folder = tmp_path / 'docs' / 'pos'
+  folder.mkdir(parents=True)
+  (folder / 'zeros.txt').write_bytes(b'\x00' * 4096)
+  (folder / 'fine.txt').write_text('fine')
+  records = {os.path.basename(r[raw.ID]): r for r in read(tmp_path / 'docs')}
+  assert records['zeros.txt'][raw.REASON] == rejected.UNDECODABLE_TEXT
+  assert records['fine.txt'][raw.TEXT] == 'fine'
+  lines = tmp_path / 'lines.txt'
+  lines.write_bytes(b'ok\n' + b'\x00' * 100 + b'\n')
+  assert [r.get(raw.REASON) for r in read(lines)] == [
+      None, rejected.UNDECODABLE_TEXT]
+  assert_writable(read(lines))
+
+
+def test_tfrecord_crc_mismatches(tmp_path):
+  path = tmp_path / 'data_crc.tfrecord'
+  texts = [f'doc {i}' for i in range(5)]
+  offsets = write_examples(path, texts)
+  damaged = bytearray(path.read_bytes())
+  damaged[offsets[2] - 5] ^= 0x01  # inside the text of record 1
+  path.write_bytes(bytes(damaged))
+  records = read(path)
+  assert_writable(records)
+  assert [(r[raw.ID], r.get(raw.REASON) or r[raw.TEXT]) for r in records] == [
+      (f'{path}:0', 'doc 0'), (f'{path}:1', rejected.MALFORMED_RECORD),
+      (f'{path}:2', 'doc 2'), (f'{path}:3', 'doc 3'), (f'{path}:4', 'doc 4')]
+  assert f'byte {offsets[1]}' in records[1][raw.SNIPPET]
+  assert 'crc' in records[1][raw.SNIPPET].lower()
+  lost = tmp_path / 'data_length.tfrecord'
+  offsets = write_examples(lost, texts)
+  damaged = bytearray(lost.read_bytes())
+  damaged[offsets[2] + 5] ^= 0x40  # the length of record 2
+  lost.write_bytes(bytes(damaged))
+  records = read(lost)
+  assert [(r[raw.ID], r.get(raw.REASON) or r[raw.TEXT]) for r in records] == [
+      (f'{lost}:0', 'doc 0'), (f'{lost}:1', 'doc 1'),
+      (f'{lost}:2', rejected.CORRUPT_FILE)]
+  assert f'{offsets[2]}-{len(damaged)}' in records[2][raw.SNIPPET]
+
+
+def test_allow_corrupt_files_flag():
+  parser = argparse.ArgumentParser()
+  readers.add_reader_arguments(parser)
+  default = readers.read_config_from_args(parser.parse_args(['--input=x']))
+  allowed = readers.read_config_from_args(parser.parse_args(
+      ['--input=x', '--allow_corrupt_files']))
+  assert (default.allow_corrupt_files, allowed.allow_corrupt_files) == (
+      False, True)

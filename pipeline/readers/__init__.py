@@ -6,7 +6,9 @@ parallel and many small files spread over the workers; folders of documents
 are read one file a document (``documents``). Every record is a dict keyed by
 ``schemas.raw`` names. A record the reader cannot parse is still yielded, with
 ``reason`` set (``rows.rejection``), so that the job can count it and send it
-to the dead letters: readers never drop and never raise on bad rows.
+to the dead letters: readers never drop and never raise on bad rows, and a
+file that breaks off mid-way (``streams.CorruptFile``) keeps what was read
+before the fault and is one corrupt_file dead letter for the rest.
 
 The jobs need only the names this package exports.
 """

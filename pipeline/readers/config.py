@@ -1,5 +1,6 @@
 """What to read and how: the reading flags, their config, the input's format."""
 import argparse
+import codecs
 import dataclasses
 import os
 import posixpath
@@ -19,6 +20,16 @@ _EXTENSION_FORMATS = {
     '.txt': 'text',
 }
 _COMPRESSION_EXTENSIONS = ('.gz', '.bz2', '.zst', '.deflate', '.lzma', '.xz')
+_LINE_FORMATS = ('jsonl', 'csv', 'tsv', 'text')
+# Encodings whose code unit is wider than a byte, by codecs.lookup name: their
+# line ends are code units, found at offsets that are multiples of the width.
+CODE_UNIT_BYTES = {'utf-16': 2, 'utf-16-le': 2, 'utf-16-be': 2,
+                   'utf-32': 4, 'utf-32-le': 4, 'utf-32-be': 4}
+# The longest encoding of one byte of text in any format read: a JSON \u
+# escape, six code units.
+_CODE_UNITS_PER_TEXT_BYTE = 6
+# Room in a record for the fields besides the text: id, label, kept fields.
+_OTHER_FIELDS_BYTES = 64 << 10
 
 
 class ReaderError(ValueError):
@@ -39,6 +50,35 @@ class ReadConfig:
   encoding: str = 'utf-8'
   max_text_bytes: int = 1 << 20
   keep_fields: Tuple[str, ...] = ()  # passed through as raw.KEPT
+  # Readers report a corrupt file the same either way; the jobs choose their
+  # exit status from it.
+  allow_corrupt_files: bool = False
+
+  def __post_init__(self):
+    # An encoding the reader cannot use is a job-level error, found before
+    # the pipeline starts rather than as a traceback on a worker.
+    try:
+      name = codecs.lookup(self.encoding).name
+      line_ends = '\r\n'.encode(name)
+    except LookupError as error:
+      raise ReaderError(
+          f'unknown encoding {self.encoding!r}: {error}') from error
+    if (self.format in _LINE_FORMATS and name not in CODE_UNIT_BYTES and
+        name != 'utf-8-sig' and line_ends != b'\r\n'):
+      raise ReaderError(f'encoding {self.encoding!r} is not supported for '
+                        f'{self.format}: its line ends are not ASCII bytes')
+
+  @property
+  def max_record_bytes(self) -> int:
+    """The most bytes a reader holds of one record: a line, a CSV record, a
+    TFRecord. A longer record is rejected as text_too_long without being read
+    whole, so that one runaway record (a lost quote, a file without line
+    ends) cannot take all the memory; the bound leaves room for the longest
+    encoding of max_text_bytes of text and for the other fields.
+    """
+    unit = CODE_UNIT_BYTES.get(codecs.lookup(self.encoding).name, 1)
+    return (_CODE_UNITS_PER_TEXT_BYTE * unit * self.max_text_bytes +
+            _OTHER_FIELDS_BYTES)
 
 
 def add_reader_arguments(parser: argparse.ArgumentParser):
@@ -65,6 +105,11 @@ def add_reader_arguments(parser: argparse.ArgumentParser):
                      'invalid in it are rejected (emails replace them).')
   group.add_argument('--max_text_bytes', type=int, default=1 << 20,
                      help='Records with more text than this are rejected.')
+  group.add_argument('--allow_corrupt_files', action='store_true',
+                     help='Exit 0 when an input file is truncated or '
+                     'corrupt (by default the job exits 3); either way its '
+                     'readable records are used and the rest of it is one '
+                     'corrupt_file dead letter.')
   return group
 
 
@@ -79,6 +124,7 @@ def read_config_from_args(args, **overrides) -> ReadConfig:
       csv_splittable=args.csv_splittable,
       encoding=args.encoding,
       max_text_bytes=args.max_text_bytes,
+      allow_corrupt_files=args.allow_corrupt_files,
   )
   values.update(overrides)
   return ReadConfig(**values)

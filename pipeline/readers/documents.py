@@ -10,6 +10,8 @@ from pipeline.readers import rows
 from schemas import raw
 from schemas import rejected
 
+_BOM = '\ufeff'  # a byte order mark: no part of the text
+
 
 def _split_from_path(path: str) -> Optional[str]:
   """aclImdb layout: <split>/<label>/<file>; the split folder, when named so."""
@@ -32,6 +34,9 @@ def read_document(path: str, config: config_lib.ReadConfig,
       text = content.decode(config.encoding)
     except UnicodeDecodeError:
       return rows.rejection(path, path, rejected.UNDECODABLE_TEXT, content)
+  text = text.removeprefix(_BOM)
+  if rows.is_undecodable(text):
+    return rows.rejection(path, path, rejected.UNDECODABLE_TEXT, content)
   return {raw.ID: path, raw.SOURCE: path, raw.TEXT: text,
           raw.LABEL: posixpath.basename(posixpath.dirname(path)) or None,
           raw.SPLIT: _split_from_path(path)}

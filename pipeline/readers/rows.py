@@ -1,19 +1,23 @@
 """A row of named fields (JSON object, CSV row, Parquet row, tf.Example) or a
 parse failure -> one raw record, keyed by ``schemas.raw`` names."""
+import re
 from typing import Any, Dict, Optional
 
 from pipeline.readers import config as config_lib
 from schemas import raw
 from schemas import rejected
 
+_LONE_SURROGATE = re.compile('[\ud800-\udfff]')
+
 
 def snippet(value: Any) -> str:
-  """Enough of a raw record, as text, to recognise it in the dead letters."""
+  """Enough of a raw record, as text, to recognise it in the dead letters;
+  always encodable, so that writing the dead letter cannot fail."""
   if isinstance(value, bytes):
     value = value.decode('utf-8', 'replace')
   elif not isinstance(value, str):
     value = repr(value)
-  return value[:rejected.SNIPPET_CHARS]
+  return _LONE_SURROGATE.sub('\ufffd', value[:rejected.SNIPPET_CHARS])
 
 
 def rejection(record_id: str, source: str, reason: str, payload: Any) -> Dict:
@@ -23,11 +27,26 @@ def rejection(record_id: str, source: str, reason: str, payload: Any) -> Dict:
 
 
 def has_surrogates(value: str) -> bool:
-  try:
-    value.encode('utf-8')
-    return False
-  except UnicodeEncodeError:
-    return True
+  """Whether a string holds a lone surrogate, which no output can encode."""
+  return _LONE_SURROGATE.search(value) is not None
+
+
+def is_undecodable(text: str) -> bool:
+  """Whether a text holds what no real text does, whatever it decoded from:
+  a lone surrogate (a JSON \\ud800 escape, a byte invalid in the encoding)
+  or a NUL (binary data, or UTF-16 read as UTF-8)."""
+  return '\x00' in text or has_surrogates(text)
+
+
+def _holds_surrogates(value: Any) -> bool:
+  """Whether a field value, however nested, holds a lone surrogate."""
+  if isinstance(value, str):
+    return has_surrogates(value)
+  if isinstance(value, dict):
+    return any(map(_holds_surrogates, value.items()))
+  if isinstance(value, (list, tuple)):
+    return any(map(_holds_surrogates, value))
+  return False
 
 
 def _optional_str(value: Any) -> Optional[str]:
@@ -42,8 +61,10 @@ def _optional_str(value: Any) -> Optional[str]:
 def record_from_fields(fields: Dict[str, Any], config: config_lib.ReadConfig,
                        default_id: str, source: str, payload: Any) -> Dict:
   """A record from a row of named fields (JSON object, CSV row, Parquet row)."""
-  record_id = _optional_str(fields.get(config.id_field)) if config.id_field else None
-  record_id = record_id or default_id
+  given_id = fields.get(config.id_field) if config.id_field else None
+  record_id = _optional_str(given_id)
+  if not record_id or has_surrogates(record_id):
+    record_id = default_id
   text = fields.get(config.text_field)
   if text is None:
     return rejection(record_id, source, rejected.MISSING_TEXT, payload)
@@ -58,8 +79,11 @@ def record_from_fields(fields: Dict[str, Any], config: config_lib.ReadConfig,
   if label is not None and _optional_str(label) is None:
     return rejection(record_id, source, rejected.WRONG_TYPE, payload)
   split = fields.get(config.split_field) if config.split_field else None
+  kept = {name: fields.get(name) for name in config.keep_fields}
+  if is_undecodable(text) or _holds_surrogates((given_id, label, split, kept)):
+    return rejection(record_id, source, rejected.UNDECODABLE_TEXT, payload)
   record = {raw.ID: record_id, raw.SOURCE: source, raw.TEXT: text,
             raw.LABEL: _optional_str(label), raw.SPLIT: _optional_str(split)}
   if config.keep_fields:
-    record[raw.KEPT] = {name: fields.get(name) for name in config.keep_fields}
+    record[raw.KEPT] = kept
   return record

@@ -1,21 +1,35 @@
 """One Beam ``FileBasedSource`` a file format, yielding raw records.
 
 Large files are split into byte ranges read in parallel where the format
-allows it; nothing is loaded whole into memory.
+allows it; nothing is loaded whole into memory, and no record is held past
+``ReadConfig.max_record_bytes``. A file that breaks off (a truncated or
+corrupt compressed stream, an unreadable Parquet footer) keeps the records
+read before the fault, and the rest of it is one corrupt_file dead letter.
 """
 import codecs
+import contextlib
 import csv
 import json
-import struct
-from typing import Dict, Iterator, Optional, Tuple
+import os
+from typing import Dict, Iterator
 
 from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
+import pyarrow as pa
 
 from pipeline.readers import config as config_lib
+from pipeline.readers import csv_records
+from pipeline.readers import lines
 from pipeline.readers import rows
+from pipeline.readers import streams
+from pipeline.readers import tfrecord_frames
 from schemas import raw
 from schemas import rejected
+
+# ASCII whitespace, what bytes.strip() strips: a line of only these is blank
+# and no record; a line of other whitespace is a record that the job rejects
+# as empty_text.
+_BLANK = ' \t\n\r\x0b\x0c'
 
 
 class _RecordSource(filebasedsource.FileBasedSource):
@@ -27,6 +41,31 @@ class _RecordSource(filebasedsource.FileBasedSource):
                      splittable=splittable, validate=False)
     self._config = config
 
+  def read_records(self, file_name, range_tracker):
+    try:
+      yield from self._read(file_name, range_tracker)
+    except streams.CorruptFile as error:
+      yield rows.rejection(f'{file_name}:{error.position}', file_name,
+                           rejected.CORRUPT_FILE, error.detail)
+
+  def _read(self, file_name, range_tracker) -> Iterator[Dict]:
+    raise NotImplementedError
+
+  def _chunks(self, file_name: str, start: int = 0) -> Iterator[bytes]:
+    return streams.chunks(file_name, self._compression_type, start)
+
+  def _text_encoding(self, file_name: str) -> lines.TextEncoding:
+    def head() -> bytes:
+      with contextlib.closing(self._chunks(file_name)) as chunks:
+        return next(chunks, b'')
+    return lines.TextEncoding.of(self._config.encoding, head)
+
+  def _lines(self, file_name, range_tracker,
+             encoding: lines.TextEncoding) -> Iterator[lines.Piece]:
+    return lines.in_range(lambda start: self._chunks(file_name, start),
+                          range_tracker, encoding,
+                          self._config.max_record_bytes)
+
 
 class LineSource(_RecordSource):
   """Text and JSONL: one record a line, split at line boundaries."""
@@ -36,118 +75,98 @@ class LineSource(_RecordSource):
     super().__init__(file_pattern, config, splittable=splittable)
     self._parse = parse
 
-  def _lines(self, file_name, range_tracker) -> Iterator[Tuple[int, bytes]]:
-    """(offset, line) for each line that starts inside the tracker's range."""
-    start = range_tracker.start_position() or 0
-    with self.open_file(file_name) as handle:
-      if start > 0:
-        # A line belongs to the range its first byte is in: skip the partial
-        # line the previous range owns.
-        handle.seek(start - 1)
-        start += len(handle.readline()) - 1
-      position = start
-      while True:
-        line = handle.readline()
-        if not line or not range_tracker.try_claim(position):
-          return
-        yield position, line
-        position += len(line)
-
-  def read_records(self, file_name, range_tracker):
-    for offset, line in self._lines(file_name, range_tracker):
-      line = line.rstrip(b'\r\n')
-      if line.strip():  # blank lines separate records; they are not records
-        yield self._parse(line, f'{file_name}:{offset}', file_name,
-                          self._config)
+  def _read(self, file_name, range_tracker):
+    encoding = self._text_encoding(file_name)
+    for offset, line, too_long in lines.whole_lines(
+        self._lines(file_name, range_tracker, encoding)):
+      default_id = f'{file_name}:{offset}'
+      try:
+        text, undecodable = encoding.decode(line, offset), False
+      except UnicodeDecodeError:
+        text, undecodable = encoding.decode(line, offset, 'replace'), True
+      text = text.rstrip('\r\n')
+      if too_long or undecodable:
+        yield rows.rejection(
+            default_id, file_name,
+            rejected.TEXT_TOO_LONG if too_long else rejected.UNDECODABLE_TEXT,
+            text)
+      elif text.strip(_BLANK):  # blank lines separate records
+        yield self._parse(text, default_id, file_name, self._config)
 
 
-def parse_text_line(line: bytes, default_id, source, config) -> Dict:
-  try:
-    text = line.decode(config.encoding)
-  except UnicodeDecodeError:
-    return rows.rejection(default_id, source, rejected.UNDECODABLE_TEXT, line)
+def parse_text_line(text: str, default_id, source, config) -> Dict:
+  del config  # every line is all text
+  if rows.is_undecodable(text):
+    return rows.rejection(default_id, source, rejected.UNDECODABLE_TEXT, text)
   return {raw.ID: default_id, raw.SOURCE: source, raw.TEXT: text,
           raw.LABEL: None, raw.SPLIT: None}
 
 
-def parse_json_line(line: bytes, default_id, source, config) -> Dict:
+def parse_json_line(text: str, default_id, source, config) -> Dict:
   try:
-    fields = json.loads(line.decode(config.encoding))
-  except UnicodeDecodeError:
-    return rows.rejection(default_id, source, rejected.UNDECODABLE_TEXT, line)
+    fields = json.loads(text)
   except ValueError:
-    return rows.rejection(default_id, source, rejected.MALFORMED_RECORD, line)
+    return rows.rejection(default_id, source, rejected.MALFORMED_RECORD, text)
   if not isinstance(fields, dict):
-    return rows.rejection(default_id, source, rejected.MALFORMED_RECORD, line)
-  return rows.record_from_fields(fields, config, default_id, source, line)
+    return rows.rejection(default_id, source, rejected.MALFORMED_RECORD, text)
+  return rows.record_from_fields(fields, config, default_id, source, text)
 
 
-class CsvSource(LineSource):
+class CsvSource(_RecordSource):
   """CSV/TSV with the standard csv module; quoted newlines allowed unless split."""
 
   def __init__(self, file_pattern, config: config_lib.ReadConfig,
                delimiter: str):
     super().__init__(file_pattern, config, splittable=config.csv_splittable)
     self._delimiter = delimiter
-    # The csv module refuses fields over 128 kB; let giant documents through
-    # to be rejected as too long, with their id, rather than as malformed.
-    csv.field_size_limit(max(csv.field_size_limit(),
-                             4 * config.max_text_bytes + 1))
 
-  def _header(self, file_name):
-    with self.open_file(file_name) as handle:
-      first = handle.readline()
-    return next(csv.reader([first.decode(self._config.encoding, 'replace')],
+  def _header(self, file_name, encoding):
+    with contextlib.closing(lines.pieces(
+        self._chunks(file_name), 0, encoding,
+        self._config.max_record_bytes)) as line_pieces:
+      first = next(line_pieces, None)
+    if first is None:
+      return []
+    return next(csv.reader([encoding.decode(first.data, 0, 'replace')],
                            delimiter=self._delimiter), [])
 
-  def read_records(self, file_name, range_tracker):
+  def _read(self, file_name, range_tracker):
     config = self._config
+    encoding = self._text_encoding(file_name)
     columns = config.csv_columns
     header_offset = None
     if columns is None:
-      columns = self._header(file_name)
+      columns = self._header(file_name, encoding)
       header_offset = 0
-    lines = self._lines(file_name, range_tracker)
-    row_start = [0]
+    for record in csv_records.records(
+        self._lines(file_name, range_tracker, encoding), encoding,
+        self._delimiter, config.max_record_bytes):
+      default_id = f'{file_name}:{record.offset}'
+      if record.reason:
+        yield rows.rejection(default_id, file_name, record.reason,
+                             record.detail)
+      elif record.offset != header_offset and record.row:
+        yield self._record(record.row, columns, default_id, file_name)
 
-    def decoded_lines():
-      for offset, line in lines:
-        row_start.append(offset)
-        # surrogateescape keeps bad bytes visible so one row is rejected
-        # rather than the whole file failing to decode.
-        yield line.decode(config.encoding, 'surrogateescape')
-
-    reader = csv.reader(decoded_lines(), delimiter=self._delimiter, strict=True)
-    while True:
-      mark = len(row_start)
-      try:
-        row = next(reader)
-      except StopIteration:
-        return
-      except csv.Error as error:
-        offset = row_start[mark] if mark < len(row_start) else row_start[-1]
-        yield rows.rejection(f'{file_name}:{offset}', file_name,
-                             rejected.MALFORMED_RECORD, str(error))
-        continue
-      offset = row_start[mark]
-      if offset == header_offset or not row:
-        continue
-      default_id = f'{file_name}:{offset}'
-      payload = self._delimiter.join(row)
-      if len(row) != len(columns):
-        yield rows.rejection(default_id, file_name, rejected.MALFORMED_RECORD,
-                             payload.encode(config.encoding, 'surrogateescape'))
-        continue
-      if any(rows.has_surrogates(value) for value in row):
-        yield rows.rejection(default_id, file_name, rejected.UNDECODABLE_TEXT,
-                             payload.encode(config.encoding, 'surrogateescape'))
-        continue
-      yield rows.record_from_fields(dict(zip(columns, row)), config,
-                                    default_id, file_name, payload)
+  def _record(self, row, columns, default_id, file_name) -> Dict:
+    payload = self._delimiter.join(row)
+    if len(row) != len(columns):
+      return rows.rejection(default_id, file_name, rejected.MALFORMED_RECORD,
+                            payload)
+    if any(rows.has_surrogates(value) for value in row):
+      # Bytes invalid in the encoding, in any column.
+      return rows.rejection(default_id, file_name, rejected.UNDECODABLE_TEXT,
+                            payload)
+    return rows.record_from_fields(dict(zip(columns, row)), self._config,
+                                   default_id, file_name, payload)
 
 
 class ParquetSource(_RecordSource):
-  """Parquet, split by row group; the position of a row is its row number."""
+  """Parquet, split by row group; the position of a row is its row number.
+
+  A row group that cannot be read is one corrupt_file dead letter, and the
+  next is read; a file whose footer cannot be read is one for the file.
+  """
 
   def __init__(self, file_pattern, config: config_lib.ReadConfig):
     super().__init__(file_pattern, config, splittable=True,
@@ -164,16 +183,35 @@ class ParquetSource(_RecordSource):
         starts.append(chunk.dictionary_page_offset)
     return min(starts)
 
-  def read_records(self, file_name, range_tracker):
+  @staticmethod
+  def _open(handle, range_tracker):
+    """The ParquetFile; CorruptFile from the range that holds byte 0, so
+    that a file whose footer is lost is reported once, however split."""
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    try:
+      return pq.ParquetFile(handle)
+    except (pa.ArrowException, OSError) as error:
+      if (range_tracker.start_position() or 0) > 0 or (
+          not range_tracker.try_claim(0)):
+        return None
+      handle.seek(0, os.SEEK_END)
+      size = handle.tell()
+      raise streams.CorruptFile(0, (
+          f'the Parquet footer, at the end of the file (byte {size}), cannot '
+          f'be read, nor any row: {error}')) from error
+
+  def _read(self, file_name, range_tracker):
     config = self._config
     wanted = list(dict.fromkeys(
         name for name in (config.text_field, config.label_field,
                           config.id_field, config.split_field,
                           *config.keep_fields) if name))
     with self.open_file(file_name) as handle:
-      parquet = pq.ParquetFile(handle)
+      parquet = self._open(handle, range_tracker)
+      if parquet is None:
+        return
       metadata = parquet.metadata
+      columns = [c for c in wanted if c in parquet.schema_arrow.names]
       first_row = 0
       for index in range(metadata.num_row_groups):
         row_count = metadata.row_group(index).num_rows
@@ -183,13 +221,50 @@ class ParquetSource(_RecordSource):
           continue
         if not range_tracker.try_claim(offset):
           return
-        columns = [c for c in wanted if c in parquet.schema_arrow.names]
-        table = parquet.read_row_group(index, columns=columns)
-        for row_number, fields in enumerate(table.to_pylist(), first_row):
-          yield rows.record_from_fields(fields, config,
-                                        f'{file_name}:{row_number}',
-                                        file_name, fields)
+        try:
+          table = parquet.read_row_group(index, columns=columns)
+        except (pa.ArrowException, OSError) as error:
+          yield rows.rejection(
+              f'{file_name}:{first_row}', file_name, rejected.CORRUPT_FILE,
+              f'row group {index} (rows {first_row}-'
+              f'{first_row + row_count - 1}, from byte {offset}) cannot be '
+              f'read: {error}')
+        else:
+          for row_number, fields in enumerate(_table_rows(table), first_row):
+            yield rows.record_from_fields(fields, config,
+                                          f'{file_name}:{row_number}',
+                                          file_name, fields)
         first_row += row_count
+
+
+def _table_rows(table: pa.Table) -> list:
+  """The rows of a table as dicts; a string that is not UTF-8 keeps its
+  bytes as lone surrogates, which the row's checks reject as
+  undecodable_text, rather than failing the whole table."""
+  try:
+    return table.to_pylist()
+  except UnicodeDecodeError:
+    values = [_column_values(column) for column in table.columns]
+    return [dict(zip(table.column_names, row)) for row in zip(*values)]
+
+
+def _column_values(column: pa.ChunkedArray) -> list:
+  if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+    return [None if value is None else value.decode('utf-8', 'surrogateescape')
+            for value in column.cast(pa.large_binary()).to_pylist()]
+  try:
+    return column.to_pylist()
+  except UnicodeDecodeError:
+    # Invalid UTF-8 inside nested values: only the rows that hold it lose
+    # the column's value, to a lone surrogate that gets them rejected.
+    return [_scalar_value(column, row) for row in range(len(column))]
+
+
+def _scalar_value(column: pa.ChunkedArray, row: int):
+  try:
+    return column[row].as_py()
+  except UnicodeDecodeError:
+    return '\udcff'
 
 
 class TFRecordSource(_RecordSource):
@@ -198,47 +273,32 @@ class TFRecordSource(_RecordSource):
   def __init__(self, file_pattern, config: config_lib.ReadConfig):
     super().__init__(file_pattern, config, splittable=False)
 
-  @staticmethod
-  def _records(handle) -> Iterator[Optional[bytes]]:
-    """Serialized records; None for a truncated last record."""
-    # TFRecord framing: length, crc of length, data, crc of data.
-    while True:
-      header = handle.read(12)
-      if not header:
-        return
-      if len(header) < 12:
-        yield None
-        return
-      (length,) = struct.unpack('<Q', header[:8])
-      data = handle.read(length)
-      if len(data) < length or len(handle.read(4)) < 4:
-        yield None
-        return
-      yield data
-
-  def read_records(self, file_name, range_tracker):
-    from tensorflow.core.example import example_pb2  # pylint: disable=import-outside-toplevel
+  def _read(self, file_name, range_tracker):
+    # pylint: disable=import-outside-toplevel
+    from google.protobuf import message
+    from tensorflow.core.example import example_pb2
     if not range_tracker.try_claim(0):
       return
-    config = self._config
-    with self.open_file(file_name) as handle:
-      for index, serialized in enumerate(self._records(handle)):
-        default_id = f'{file_name}:{index}'
-        try:
-          example = example_pb2.Example.FromString(serialized or b'')
-        except Exception:  # pylint: disable=broad-except
-          serialized = None
-        if serialized is None:
-          yield rows.rejection(default_id, file_name,
-                               rejected.MALFORMED_RECORD, b'')
-          continue
-        fields = {}
-        for name, feature in example.features.feature.items():
-          kind = feature.WhichOneof('kind')
-          values = list(getattr(feature, kind).value) if kind else []
-          fields[name] = values[0] if len(values) == 1 else (values or None)
-        yield rows.record_from_fields(fields, config, default_id, file_name,
-                                      serialized)
+    reader = streams.ByteReader(self._chunks(file_name))
+    for frame in tfrecord_frames.frames(reader, self._config.max_record_bytes):
+      default_id = f'{file_name}:{frame.index}'
+      if frame.reason:
+        yield rows.rejection(default_id, file_name, frame.reason, frame.detail)
+        continue
+      try:
+        example = example_pb2.Example.FromString(frame.data)
+      except message.DecodeError as error:
+        yield rows.rejection(default_id, file_name, rejected.MALFORMED_RECORD,
+                             f'the record at byte {frame.offset} is not a '
+                             f'tf.Example: {error}')
+        continue
+      fields = {}
+      for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof('kind')
+        values = list(getattr(feature, kind).value) if kind else []
+        fields[name] = values[0] if len(values) == 1 else (values or None)
+      yield rows.record_from_fields(fields, self._config, default_id,
+                                    file_name, frame.data)
 
 
 def source_factory(fmt: str, config: config_lib.ReadConfig):
