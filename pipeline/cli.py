@@ -12,6 +12,8 @@ from typing import Callable, List, Optional
 
 # Exit statuses a scheduler can act on.
 EXIT_JOB_ERROR = 2
+# The output was published, but part of the input could not be read.
+EXIT_INCOMPLETE_INPUT = 3
 # SIGTERM's conventional status (128 + 15).
 EXIT_TERMINATED = 143
 
@@ -19,6 +21,12 @@ EXIT_TERMINATED = 143
 class JobError(Exception):
   """A job-level fault: reported as one line, exit status ``exit_status``."""
   exit_status = EXIT_JOB_ERROR
+
+
+class IncompleteInput(JobError):
+  """Some input files were corrupt: what was readable is published, and the
+  exit status tells a scheduler that the corpus was incomplete."""
+  exit_status = EXIT_INCOMPLETE_INPUT
 
 
 def _terminate(signum, frame):

@@ -349,6 +349,7 @@ def run(argv=None):
     write_sidecars(staging, stats, settings, args.input)
     output.publish()
   log_summary(stats, time.time() - started, args.output_dir)
+  tally.check_complete(settings.read_config.allow_corrupt_files)
   return stats
 
 

@@ -186,6 +186,17 @@ class Tally:
           f'counts do not reconcile: read {self.read}, written '
           f'{self.written}, rejected {self.rejected_by_reason}')
 
+  def check_complete(self, allow_corrupt_files: bool) -> None:
+    """After publishing: an IncompleteInput when files were corrupt, unless
+    the user accepts that."""
+    corrupt = self.rejected_by_reason.get(rejected.CORRUPT_FILE, 0)
+    if corrupt and not allow_corrupt_files:
+      raise cli.IncompleteInput(
+          f'{corrupt} input file(s) could not be read to the end; what was '
+          f'readable is published, each such file is a '
+          f'{rejected.CORRUPT_FILE} dead letter (--allow_corrupt_files '
+          'makes this exit 0)')
+
   @classmethod
   def from_counts(cls, counts: List[list]) -> 'Tally':
     """From the rows WriteCounts wrote: the key's items, then the count."""

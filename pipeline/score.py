@@ -338,6 +338,7 @@ def run(argv=None):
         posixpath.join(staging, outputs.SUCCESS_MARKER)).close()
     output.publish()
   log_summary(written, time.time() - started, settings.final_dir)
+  tally.check_complete(settings.read_config.allow_corrupt_files)
   return written
 
 
