@@ -3,8 +3,8 @@ import glob
 import os
 
 from pipeline import preprocess
+from tests.conftest import dead_letters
 from tests.test_preprocess import read_examples
-from tests.test_preprocess import read_rejected
 
 
 def test_imdb_slice_keeps_the_official_split(corpora, tmp_path):
@@ -34,7 +34,7 @@ def test_spamassassin_slice_parses_every_email(corpora, tmp_path):
   assert records['read'] == len(files) > 400
   assert records['read'] == sum(records['written'].values()) + records[
       'rejected']
-  assert records['rejected'] == len(read_rejected(f'{tmp_path}/out'))
+  assert records['rejected'] == len(dead_letters(f'{tmp_path}/out'))
   # Non-UTF-8 and multipart mail is decoded, not rejected.
   assert records['rejected'] <= 2
   assert set(stats['labels']['names']) == {'ham', 'spam'}

@@ -25,20 +25,14 @@ from schemas import rejected
 from schemas import scored
 from tests.conftest import REPO
 from tests.conftest import beam_pipeline
+from tests.conftest import dead_letters
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
+from tests.conftest import write_jsonl
 from trainer import export
 from trainer import predict
 
 MAX_TEXT_BYTES = 2000
-
-
-def write_corpus(path, rows, bad_lines=()):
-  with open(path, 'wb') as handle:
-    for row in rows:
-      handle.write(json.dumps(row).encode('utf-8') + b'\n')
-    for line in bad_lines:
-      handle.write(line + b'\n')
 
 
 def corpus_rows(count, seed):
@@ -83,7 +77,7 @@ def scored_run(trained, tmp_path_factory):
   folder = tmp_path_factory.mktemp('score')
   corpus = folder / 'corpus.jsonl'
   rows = corpus_rows(150, 3)
-  write_corpus(corpus, rows, BAD_LINES)
+  write_jsonl(corpus, rows + list(BAD_LINES))
   output_dir = folder / 'scores'
   manifest = score.run(score_args(corpus, model_dir, output_dir,
                                   '--partition=dt=2026-11-21',
@@ -99,10 +93,7 @@ def test_counts_reconcile_and_bad_rows_are_dead_letters(scored_run):
   assert counts['rejected_by_reason'] == BAD_REASONS
   assert counts['read'] == counts['scored'] + counts['rejected']
   partition = output_dir / 'dt=2026-11-21'
-  dead = []
-  for name in os.listdir(partition / rejected.DIR):
-    with open(partition / rejected.DIR / name, encoding='utf-8') as handle:
-      dead.extend(json.loads(line) for line in handle)
+  dead = dead_letters(partition)
   assert sorted(d[rejected.REASON] for d in dead) == sorted(
       reason for reason, n in BAD_REASONS.items() for _ in range(n))
   assert all(d[rejected.SOURCE].endswith('corpus.jsonl') for d in dead)
@@ -168,8 +159,8 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
 def test_rerun_replaces_the_partition_whole(trained, tmp_path):
   model_dir, _, _ = trained
   first, second = tmp_path / 'first.jsonl', tmp_path / 'second.jsonl'
-  write_corpus(first, corpus_rows(80, 4))
-  write_corpus(second, corpus_rows(30, 5))
+  write_jsonl(first, corpus_rows(80, 4))
+  write_jsonl(second, corpus_rows(30, 5))
   output_dir = tmp_path / 'scores'
   score.run(score_args(first, model_dir, output_dir, '--partition=dt=1'))
   score.run(score_args(first, model_dir, output_dir, '--partition=dt=2'))
@@ -188,8 +179,8 @@ def test_killed_run_leaves_the_previous_partition_untouched(trained,
                                                              tmp_path):
   model_dir, _, _ = trained
   small, large = tmp_path / 'small.jsonl', tmp_path / 'large.jsonl'
-  write_corpus(small, corpus_rows(40, 6))
-  write_corpus(large, corpus_rows(60000, 7))
+  write_jsonl(small, corpus_rows(40, 6))
+  write_jsonl(large, corpus_rows(60000, 7))
   output_dir = tmp_path / 'scores'
   score.run(score_args(small, model_dir, output_dir, '--partition=dt=1'))
   partition = output_dir / 'dt=1'
@@ -261,7 +252,7 @@ def test_model_handler_in_run_inference(trained):
 def test_job_level_faults(trained, tmp_path):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
-  write_corpus(corpus, corpus_rows(10, 9))
+  write_jsonl(corpus, corpus_rows(10, 9))
   (tmp_path / 'notes.txt').write_text('plain text\n')
   blocker = tmp_path / 'a-file'
   blocker.write_text('')
