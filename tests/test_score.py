@@ -175,12 +175,22 @@ def test_rerun_replaces_the_partition_whole(trained, tmp_path):
   assert sorted(os.listdir(output_dir)) == ['dt=1', 'dt=2']
 
 
+def pipeline_is_writing(staging_root):
+  """Whether a run's staging folder under ``staging_root`` holds a folder:
+  the sinks' temporary folders are the first thing the running pipeline
+  writes there, while StagedOutput.create only ever writes probe files."""
+  runs = list(staging_root.iterdir()) if staging_root.is_dir() else []
+  return any(entry.is_dir() for run in runs for entry in run.iterdir())
+
+
 def test_killed_run_leaves_the_previous_partition_untouched(trained,
                                                              tmp_path):
   model_dir, _, _ = trained
   small, large = tmp_path / 'small.jsonl', tmp_path / 'large.jsonl'
   write_jsonl(small, corpus_rows(40, 6))
-  write_jsonl(large, corpus_rows(60000, 7))
+  # Enough documents to keep the pipeline busy for seconds after its sinks
+  # start, so the kill lands while it runs.
+  write_jsonl(large, corpus_rows(20000, 7))
   output_dir = tmp_path / 'scores'
   score.run(score_args(small, model_dir, output_dir, '--partition=dt=1'))
   partition = output_dir / 'dt=1'
@@ -193,18 +203,20 @@ def test_killed_run_leaves_the_previous_partition_untouched(trained,
       cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
       start_new_session=True)
   staging_root = output_dir / outputs.STAGING_DIR
-  deadline = time.time() + 120
-  while not (staging_root.exists() and os.listdir(staging_root)):
-    assert process.poll() is None and time.time() < deadline
-    time.sleep(0.2)
-  time.sleep(2)  # into the pipeline
-  assert process.poll() is None, 'the run finished before it could be killed'
+  deadline = time.monotonic() + 300
+  while not pipeline_is_writing(staging_root):
+    assert process.poll() is None, 'the run ended before it wrote anything'
+    assert time.monotonic() < deadline, 'the pipeline never started writing'
+    time.sleep(0.05)
   os.killpg(process.pid, signal.SIGKILL)
-  process.wait()
+  # Killed by us, not finished on its own before the signal.
+  assert process.wait() == -signal.SIGKILL
 
   after = {name: (partition / name).read_bytes()
            for name in os.listdir(partition) if name != rejected.DIR}
   assert after == before
+  # The killed run's files stay in staging, where no reader looks.
+  assert pipeline_is_writing(staging_root)
   visible = duckdb.sql(f"""SELECT count(*) FROM
       read_parquet('{output_dir}/*/*.parquet')""").fetchall()[0][0]
   assert visible == 40
