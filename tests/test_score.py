@@ -1,4 +1,5 @@
 """The scoring job: Parquet out, RunInference, partitions, bad input, faults."""
+import functools
 import json
 import os
 import signal
@@ -259,6 +260,52 @@ def test_model_handler_in_run_inference(trained):
               | beam.Map(lambda result: (result.example[raw.TEXT],
                                          result.inference['label'])))
     assert_that(labels, equal_to(expected))
+
+
+class FailingModelHandler(score.RawTextModelHandler):
+  """Raises on any batch holding the document with id ``poison``, after
+  writing the ids of that batch to ``batch_file``: which documents share a
+  batch is Beam's choice."""
+
+  def __init__(self, export_dir, batch_size, batch_file):
+    super().__init__(export_dir, batch_size)
+    self._batch_file = batch_file
+
+  def run_inference(self, batch, model, inference_args=None):
+    ids = [record[raw.ID] for record in batch]
+    if 'poison' in ids:
+      with open(self._batch_file, 'w', encoding='utf-8') as handle:
+        json.dump(ids, handle)
+      raise RuntimeError('the model cannot take this batch')
+    return super().run_inference(batch, model, inference_args)
+
+
+def test_a_batch_the_model_raises_on_becomes_dead_letters(trained, tmp_path,
+                                                          monkeypatch):
+  model_dir, _, _ = trained
+  batch_file = tmp_path / 'failed_batch.json'
+  monkeypatch.setattr(score, 'RawTextModelHandler', functools.partial(
+      FailingModelHandler, batch_file=batch_file))
+  rows = corpus_rows(40, 10)
+  rows[17]['id'] = 'poison'
+  corpus = write_jsonl(tmp_path / 'corpus.jsonl', rows)
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
+                                  '--batch_size=8'))
+  failed = json.loads(batch_file.read_text())
+  # One bundle of 40 documents makes five full batches of 8.
+  assert 'poison' in failed and len(failed) == 8
+  assert manifest['counts'] == {
+      'read': 40, 'scored': 32, 'rejected': 8,
+      'rejected_by_reason': {rejected.INFERENCE_FAILED: 8}}
+  texts = {row['id']: row['text'] for row in rows}
+  assert dead_letters(tmp_path / 'scores') == sorted((
+      {rejected.ID: record_id, rejected.SOURCE: str(corpus),
+       rejected.REASON: rejected.INFERENCE_FAILED,
+       rejected.SNIPPET: texts[record_id]} for record_id in failed),
+                                                     key=json.dumps)
+  table, _ = read_partition(tmp_path / 'scores')
+  assert sorted(table.column(scored.ID).to_pylist()) == sorted(
+      set(texts) - set(failed))
 
 
 def test_job_level_faults(trained, tmp_path):
