@@ -1,4 +1,6 @@
-"""Shared fixtures: the dataset cache, fetched corpora, a job runner."""
+"""Shared fixtures and helpers: the dataset cache, fetched corpora, a job
+runner, JSONL input and dead-letter output."""
+import glob
 import json
 import os
 import pathlib
@@ -13,6 +15,7 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 import pytest
 
 from pipeline import jobs
+from schemas import rejected
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DATASET_CACHE = pathlib.Path(
@@ -44,6 +47,27 @@ def run_module(module, *args, timeout=600):
   return subprocess.run([sys.executable, '-m', module, *map(str, args)],
                         capture_output=True, text=True, timeout=timeout,
                         cwd=REPO)
+
+
+def write_jsonl(path, rows):
+  """Writes one JSON object a line; a ``bytes`` row is written as it is, for
+  the malformed lines a test needs. Returns the path."""
+  with open(path, 'wb') as handle:
+    for row in rows:
+      handle.write(row if isinstance(row, bytes) else json.dumps(row).encode())
+      handle.write(b'\n')
+  return path
+
+
+def dead_letters(output_dir):
+  """The dead letters a job wrote into ``output_dir``, in a stable order, so
+  that two outputs can be compared."""
+  rows = []
+  pattern = os.path.join(str(output_dir), rejected.DIR, '*.jsonl')
+  for path in glob.glob(pattern):
+    with open(path, encoding='utf-8') as handle:
+      rows.extend(json.loads(line) for line in handle)
+  return sorted(rows, key=json.dumps)
 
 
 def beam_pipeline():
@@ -95,9 +119,8 @@ def trained(tmp_path_factory):
   from pipeline import preprocess
   from trainer import train
   folder = tmp_path_factory.mktemp('trainer')
-  with open(folder / 'reviews.jsonl', 'w') as handle:
-    for row in synthetic_reviews(600, 0) + synthetic_reviews(200, 1):
-      handle.write(json.dumps(row) + '\n')
+  write_jsonl(folder / 'reviews.jsonl',
+              synthetic_reviews(600, 0) + synthetic_reviews(200, 1))
   data_dir = folder / 'preprocessed'
   preprocess.run([f'--input={folder}/reviews.jsonl', f'--output_dir={data_dir}',
                   '--split_field=split', '--max_len=24'])

@@ -3,6 +3,8 @@ from email.mime.application import MIMEApplication
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 
+import pytest
+
 from pipeline.email_text import email_to_text
 from pipeline.email_text import html_to_text
 
@@ -53,10 +55,19 @@ def test_unknown_charset_and_invalid_bytes_are_replaced_not_fatal():
   assert 'café' in text and '\ufffd' in text
 
 
-def test_garbage_never_raises():
-  for raw in (b'', b'\x00\x01\x02', b'Content-Type: multipart/mixed\n\n--',
-              b'Subject: =?utf-8?b?!!!?=\n\nbody'):
-    assert isinstance(email_to_text(raw), str)
+@pytest.mark.parametrize('raw, expected', [
+    (b'', ''),
+    # No header line: all of it is the body of a default text/plain message.
+    (b'\x00\x01\x02', '\x00\x01\x02'),
+    # A multipart without a boundary cannot be split into parts and is no
+    # text part itself: there is no body to keep.
+    (b'Content-Type: multipart/mixed\n\n--', ''),
+    # An encoded word whose base64 is invalid decodes to nothing; the body
+    # is still kept.
+    (b'Subject: =?utf-8?b?!!!?=\n\nbody', 'body'),
+])
+def test_garbage_degrades_to_what_can_be_read(raw, expected):
+  assert email_to_text(raw) == expected
 
 
 def test_html_to_text_survives_broken_markup():

@@ -10,12 +10,15 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from pipeline import outputs
 from pipeline import preprocess
 from schemas import raw
 from schemas import rejected
 from schemas import transformed
 from tests.conftest import beam_pipeline
+from tests.conftest import dead_letters
 from tests.conftest import run_module
+from tests.conftest import write_jsonl
 
 
 def read_examples(output_dir, split):
@@ -29,21 +32,6 @@ def read_examples(output_dir, split):
   dataset = tf.data.TFRecordDataset(files, compression_type='GZIP')
   return [{k: v.numpy() for k, v in tf.io.parse_single_example(
       record, spec).items()} for record in dataset]
-
-
-def read_rejected(output_dir):
-  rows = []
-  for path in glob.glob(os.path.join(output_dir, 'rejected', '*.jsonl')):
-    with open(path, encoding='utf-8') as handle:
-      rows.extend(json.loads(line) for line in handle)
-  return rows
-
-
-def write_jsonl(path, rows):
-  with open(path, 'wb') as handle:
-    for row in rows:
-      handle.write(row if isinstance(row, bytes) else json.dumps(row).encode())
-      handle.write(b'\n')
 
 
 def good_rows(count, split):
@@ -108,7 +96,7 @@ def test_counts_reconcile_and_every_bad_row_is_a_dead_letter(small_job):
   records = stats['records']
   assert records['written'] == {'train': 31, 'eval': 12}
   assert records['read'] == 31 + 12 + sum(expected.values())
-  dead = read_rejected(output)
+  dead = dead_letters(output)
   assert len(dead) == records['rejected']
   by_id = {row['id']: row for row in dead}
   for record_id, (row, reason) in BAD_ROWS.items():
@@ -154,7 +142,7 @@ def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
                                  'keep_punctuation': True}
   assert params['read_config']['format'] == 'jsonl'
   assert params['read_config']['split_field'] == 'split'
-  assert not [p for p in os.listdir(output.parent) if 'staging' in p]
+  assert not (output.parent / outputs.STAGING_DIR).exists()
 
 
 def test_hash_split_is_stable_and_keeps_duplicates_together():
@@ -235,7 +223,7 @@ def test_job_level_faults_exit_non_zero_with_one_line(tmp_path, make_args,
   last = result.stderr.strip().splitlines()[-1]
   assert message in last
   assert (tmp_path / 'out' / 'previous').read_text() == 'kept'
-  assert not [p for p in os.listdir(tmp_path) if 'staging' in p]
+  assert not (tmp_path / outputs.STAGING_DIR).exists()
 
 
 def test_no_train_records_is_a_job_error(tmp_path):

@@ -4,7 +4,6 @@ worker pool (the way Flink and Spark run Python workers), and a
 dask.distributed cluster through Beam's DaskRunner."""
 import contextlib
 import glob
-import json
 import os
 import socket
 import subprocess
@@ -18,10 +17,11 @@ import pytest
 
 from pipeline import preprocess
 from pipeline import score
-from schemas import rejected
 from schemas import scored
 from tests.conftest import REPO
+from tests.conftest import dead_letters
 from tests.conftest import synthetic_reviews
+from tests.conftest import write_jsonl
 
 
 def free_port() -> int:
@@ -117,13 +117,6 @@ def portable_runner(sdist_env):
            f'--setup_file={REPO / "setup.py"}']
 
 
-def write_reviews(path, rows):
-  with open(path, 'w', encoding='utf-8') as handle:
-    for row in rows:
-      handle.write(json.dumps(row) + '\n')
-  return path
-
-
 def scored_rows(output_dir):
   """The scored rows, in id order."""
   table = pa.concat_tables(
@@ -145,7 +138,7 @@ def assert_same_scores(ours, reference):
 
 
 def test_preprocess_on_the_portable_runner(portable_runner, tmp_path):
-  corpus = write_reviews(tmp_path / 'reviews.jsonl', synthetic_reviews(
+  corpus = write_jsonl(tmp_path / 'reviews.jsonl', synthetic_reviews(
       120, 0) + synthetic_reviews(40, 1) + [{'id': 'bad', 'text': ' '}])
   stats = preprocess.run([f'--input={corpus}',
                           f'--output_dir={tmp_path / "pre"}',
@@ -161,7 +154,7 @@ def score_on_and_off(runner_args, trained, tmp_path, rows):
   """Scores the same corpus on a runner and on the default one; checks that
   they agree and returns the runner's manifest."""
   model_dir, _, _ = trained
-  corpus = write_reviews(tmp_path / 'docs.jsonl', rows)
+  corpus = write_jsonl(tmp_path / 'docs.jsonl', rows)
   common = [f'--input={corpus}', f'--model_dir={model_dir}',
             '--batch_size=16']
   ours = score.run(common + [f'--output_dir={tmp_path / "runner"}',
@@ -173,14 +166,6 @@ def score_on_and_off(runner_args, trained, tmp_path, rows):
   assert dead_letters(tmp_path / 'runner') == dead_letters(
       tmp_path / 'default')
   return ours
-
-
-def dead_letters(output_dir):
-  lines = []
-  for path in glob.glob(f'{output_dir}/{rejected.DIR}/*.jsonl'):
-    with open(path, encoding='utf-8') as handle:
-      lines.extend(json.loads(line) for line in handle)
-  return sorted(lines, key=json.dumps)
 
 
 def test_score_on_the_portable_runner(portable_runner, trained, tmp_path):

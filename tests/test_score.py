@@ -1,4 +1,5 @@
 """The scoring job: Parquet out, RunInference, partitions, bad input, faults."""
+import functools
 import json
 import os
 import signal
@@ -26,20 +27,14 @@ from schemas import rejected
 from schemas import scored
 from tests.conftest import REPO
 from tests.conftest import beam_pipeline
+from tests.conftest import dead_letters
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
+from tests.conftest import write_jsonl
 from trainer import export
 from trainer import predict
 
 MAX_TEXT_BYTES = 2000
-
-
-def write_corpus(path, rows, bad_lines=()):
-  with open(path, 'wb') as handle:
-    for row in rows:
-      handle.write(json.dumps(row).encode('utf-8') + b'\n')
-    for line in bad_lines:
-      handle.write(line + b'\n')
 
 
 def corpus_rows(count, seed):
@@ -84,7 +79,7 @@ def scored_run(trained, tmp_path_factory):
   folder = tmp_path_factory.mktemp('score')
   corpus = folder / 'corpus.jsonl'
   rows = corpus_rows(150, 3)
-  write_corpus(corpus, rows, BAD_LINES)
+  write_jsonl(corpus, rows + list(BAD_LINES))
   output_dir = folder / 'scores'
   manifest = score.run(score_args(corpus, model_dir, output_dir,
                                   '--partition=dt=2026-11-21',
@@ -100,10 +95,7 @@ def test_counts_reconcile_and_bad_rows_are_dead_letters(scored_run):
   assert counts['rejected_by_reason'] == BAD_REASONS
   assert counts['read'] == counts['scored'] + counts['rejected']
   partition = output_dir / 'dt=2026-11-21'
-  dead = []
-  for name in os.listdir(partition / rejected.DIR):
-    with open(partition / rejected.DIR / name, encoding='utf-8') as handle:
-      dead.extend(json.loads(line) for line in handle)
+  dead = dead_letters(partition)
   assert sorted(d[rejected.REASON] for d in dead) == sorted(
       reason for reason, n in BAD_REASONS.items() for _ in range(n))
   assert all(d[rejected.SOURCE].endswith('corpus.jsonl') for d in dead)
@@ -169,8 +161,8 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
 def test_rerun_replaces_the_partition_whole(trained, tmp_path):
   model_dir, _, _ = trained
   first, second = tmp_path / 'first.jsonl', tmp_path / 'second.jsonl'
-  write_corpus(first, corpus_rows(80, 4))
-  write_corpus(second, corpus_rows(30, 5))
+  write_jsonl(first, corpus_rows(80, 4))
+  write_jsonl(second, corpus_rows(30, 5))
   output_dir = tmp_path / 'scores'
   score.run(score_args(first, model_dir, output_dir, '--partition=dt=1'))
   score.run(score_args(first, model_dir, output_dir, '--partition=dt=2'))
@@ -185,12 +177,22 @@ def test_rerun_replaces_the_partition_whole(trained, tmp_path):
   assert sorted(os.listdir(output_dir)) == ['dt=1', 'dt=2']
 
 
+def pipeline_is_writing(staging_root):
+  """Whether a run's staging folder under ``staging_root`` holds a folder:
+  the sinks' temporary folders are the first thing the running pipeline
+  writes there, while StagedOutput.create only ever writes probe files."""
+  runs = list(staging_root.iterdir()) if staging_root.is_dir() else []
+  return any(entry.is_dir() for run in runs for entry in run.iterdir())
+
+
 def test_killed_run_leaves_the_previous_partition_untouched(trained,
                                                              tmp_path):
   model_dir, _, _ = trained
   small, large = tmp_path / 'small.jsonl', tmp_path / 'large.jsonl'
-  write_corpus(small, corpus_rows(40, 6))
-  write_corpus(large, corpus_rows(60000, 7))
+  write_jsonl(small, corpus_rows(40, 6))
+  # Enough documents to keep the pipeline busy for seconds after its sinks
+  # start, so the kill lands while it runs.
+  write_jsonl(large, corpus_rows(20000, 7))
   output_dir = tmp_path / 'scores'
   score.run(score_args(small, model_dir, output_dir, '--partition=dt=1'))
   partition = output_dir / 'dt=1'
@@ -203,18 +205,20 @@ def test_killed_run_leaves_the_previous_partition_untouched(trained,
       cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
       start_new_session=True)
   staging_root = output_dir / outputs.STAGING_DIR
-  deadline = time.time() + 120
-  while not (staging_root.exists() and os.listdir(staging_root)):
-    assert process.poll() is None and time.time() < deadline
-    time.sleep(0.2)
-  time.sleep(2)  # into the pipeline
-  assert process.poll() is None, 'the run finished before it could be killed'
+  deadline = time.monotonic() + 300
+  while not pipeline_is_writing(staging_root):
+    assert process.poll() is None, 'the run ended before it wrote anything'
+    assert time.monotonic() < deadline, 'the pipeline never started writing'
+    time.sleep(0.05)
   os.killpg(process.pid, signal.SIGKILL)
-  process.wait()
+  # Killed by us, not finished on its own before the signal.
+  assert process.wait() == -signal.SIGKILL
 
   after = {name: (partition / name).read_bytes()
            for name in os.listdir(partition) if name != rejected.DIR}
   assert after == before
+  # The killed run's files stay in staging, where no reader looks.
+  assert pipeline_is_writing(staging_root)
   visible = duckdb.sql(f"""SELECT count(*) FROM
       read_parquet('{output_dir}/*/*.parquet')""").fetchall()[0][0]
   assert visible == 40
@@ -259,10 +263,56 @@ def test_model_handler_in_run_inference(trained):
     assert_that(labels, equal_to(expected))
 
 
+class FailingModelHandler(score.RawTextModelHandler):
+  """Raises on any batch holding the document with id ``poison``, after
+  writing the ids of that batch to ``batch_file``: which documents share a
+  batch is Beam's choice."""
+
+  def __init__(self, export_dir, batch_size, batch_file):
+    super().__init__(export_dir, batch_size)
+    self._batch_file = batch_file
+
+  def run_inference(self, batch, model, inference_args=None):
+    ids = [record[raw.ID] for record in batch]
+    if 'poison' in ids:
+      with open(self._batch_file, 'w', encoding='utf-8') as handle:
+        json.dump(ids, handle)
+      raise RuntimeError('the model cannot take this batch')
+    return super().run_inference(batch, model, inference_args)
+
+
+def test_a_batch_the_model_raises_on_becomes_dead_letters(trained, tmp_path,
+                                                          monkeypatch):
+  model_dir, _, _ = trained
+  batch_file = tmp_path / 'failed_batch.json'
+  monkeypatch.setattr(score, 'RawTextModelHandler', functools.partial(
+      FailingModelHandler, batch_file=batch_file))
+  rows = corpus_rows(40, 10)
+  rows[17]['id'] = 'poison'
+  corpus = write_jsonl(tmp_path / 'corpus.jsonl', rows)
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
+                                  '--batch_size=8'))
+  failed = json.loads(batch_file.read_text())
+  # One bundle of 40 documents makes five full batches of 8.
+  assert 'poison' in failed and len(failed) == 8
+  assert manifest['counts'] == {
+      'read': 40, 'scored': 32, 'rejected': 8,
+      'rejected_by_reason': {rejected.INFERENCE_FAILED: 8}}
+  texts = {row['id']: row['text'] for row in rows}
+  assert dead_letters(tmp_path / 'scores') == sorted((
+      {rejected.ID: record_id, rejected.SOURCE: str(corpus),
+       rejected.REASON: rejected.INFERENCE_FAILED,
+       rejected.SNIPPET: texts[record_id]} for record_id in failed),
+                                                     key=json.dumps)
+  table, _ = read_partition(tmp_path / 'scores')
+  assert sorted(table.column(scored.ID).to_pylist()) == sorted(
+      set(texts) - set(failed))
+
+
 def test_job_level_faults(trained, tmp_path):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
-  write_corpus(corpus, corpus_rows(10, 9))
+  write_jsonl(corpus, corpus_rows(10, 9))
   (tmp_path / 'notes.txt').write_text('plain text\n')
   blocker = tmp_path / 'a-file'
   blocker.write_text('')

@@ -1,20 +1,27 @@
 """The trainer: layers, masking, save/load, a short real training run, the
-raw-text export contract and trainer.predict."""
+raw-text export contract, trainer.predict, and the training flags."""
 import json
+import math
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipeline import preprocess
+from schemas import raw
 from schemas import serving
 from schemas import transformed
 from tests.conftest import run_module
+from tests.conftest import synthetic_reviews
+from tests.conftest import write_jsonl
 from trainer import data as data_lib
 from trainer import evaluate
 from trainer import export
 from trainer import model as model_lib
 from trainer import predict
+from trainer import train
+
 
 def test_short_training_beats_chance_clearly(trained):
   model_dir, _, metrics = trained
@@ -195,3 +202,193 @@ def test_classification_metrics_and_auc():
   # Positives' scores .7, .2, .9 against negatives' .1, .6: 5 of 6 pairs.
   assert metrics['roc_auc'] == pytest.approx(5 / 6)
   assert evaluate.roc_auc(np.array([1, 0]), np.array([0.5, 0.5])) == 0.5
+
+
+# --------------------------------------------------------------------------
+# The training flags
+
+
+def train_args(*flags):
+  return train.parse_args(['--data_dir=unused', '--model_dir=unused', *flags])
+
+
+def rates(schedule, steps):
+  return [float(schedule(step)) for step in steps]
+
+
+def test_learning_rate_warms_up_then_follows_a_cosine_to_zero():
+  schedule = train.learning_rate(train_args(
+      '--learning_rate=0.01', '--warmup_fraction=0.2', '--decay'), 100)
+  # 20 steps rise linearly from 0 to the rate, a cosine takes the other 80
+  # down to 0: at their middle, step 60, it is half the rate.
+  assert rates(schedule, [0, 10, 20, 60, 100]) == pytest.approx(
+      [0, 0.005, 0.01, 0.005, 0], abs=1e-9)
+
+
+def test_warmup_alone_then_holds_the_rate_and_decay_alone_starts_at_it():
+  warmup = train.learning_rate(train_args(
+      '--learning_rate=0.01', '--warmup_fraction=0.1'), 100)
+  assert rates(warmup, [0, 5, 10, 100]) == pytest.approx(
+      [0, 0.005, 0.01, 0.01], abs=1e-9)
+  decay = train.learning_rate(train_args('--learning_rate=0.01', '--decay'),
+                              100)
+  assert rates(decay, [0, 50, 100]) == pytest.approx([0.01, 0.005, 0],
+                                                     abs=1e-9)
+  assert train.learning_rate(train_args('--learning_rate=0.01'), 100) == 0.01
+
+
+def test_the_optimizer_follows_the_schedule():
+  args = train_args('--learning_rate=0.01', '--warmup_fraction=0.5')
+  optimizer = train.optimizer(args, 10)
+  variable = keras.Variable([1.0])
+  rates_seen = []
+  for _ in range(6):
+    rates_seen.append(float(optimizer.learning_rate))
+    optimizer.apply_gradients([(np.array([1.0], 'float32'), variable)])
+  assert rates_seen == pytest.approx(
+      [0, 0.002, 0.004, 0.006, 0.008, 0.01], abs=1e-9)
+
+
+def apply(optimizer, gradients):
+  """The value of a variable, from 1, after the optimizer applied
+  ``gradients`` to it one by one."""
+  variable = keras.Variable([1.0, 1.0])
+  for gradient in gradients:
+    optimizer.apply_gradients([(np.array(gradient, 'float32'), variable)])
+  return variable.numpy()
+
+
+def test_weight_decay_shrinks_weights_the_gradient_leaves_alone():
+  flags = ('--learning_rate=0.1', '--weight_decay=0.5')
+  optimizer = train.optimizer(train_args(*flags), 100)
+  assert isinstance(optimizer, keras.optimizers.AdamW)
+  # A zero gradient makes Adam's step zero; AdamW's decoupled decay still
+  # multiplies the weights by 1 - learning rate * weight decay.
+  np.testing.assert_allclose(apply(optimizer, [[0, 0]]), [0.95, 0.95])
+  plain = train.optimizer(train_args('--learning_rate=0.1'), 100)
+  assert not isinstance(plain, keras.optimizers.AdamW)
+  np.testing.assert_allclose(apply(plain, [[0, 0]]), [1, 1])
+
+
+def test_clipnorm_makes_a_huge_gradient_count_as_a_unit_one():
+  # Adam divides by the gradients' running scale, so a gradient 100 times
+  # larger than the next one changes the next steps; clipped to norm 1, the
+  # two are the same gradient and the steps are those of a constant one.
+  huge_then_unit, unit_twice = [[100, 0], [1, 0]], [[1, 0], [1, 0]]
+  clipped = train_args('--learning_rate=0.1', '--clipnorm=1')
+  np.testing.assert_allclose(
+      apply(train.optimizer(clipped, 100), huge_then_unit),
+      apply(train.optimizer(clipped, 100), unit_twice))
+  unclipped = train_args('--learning_rate=0.1')
+  assert not np.allclose(
+      apply(train.optimizer(unclipped, 100), huge_then_unit),
+      apply(train.optimizer(unclipped, 100), unit_twice))
+
+
+@pytest.mark.parametrize('monitor, best_epoch', [('val_loss', 2),
+                                                 ('val_accuracy', 1)])
+def test_monitor_picks_the_epoch_whose_weights_are_kept(tmp_path, monitor,
+                                                        best_epoch):
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2)])
+  model.compile(loss=keras.losses.SparseCategoricalCrossentropy(
+      from_logits=True), metrics=['accuracy'])
+  # Builds the compiled metrics, whose direction the callbacks look up.
+  model.evaluate(np.zeros((2, 1)), np.zeros(2), verbose=0)
+  args = train_args(f'--monitor={monitor}', '--patience=2')
+  picking = [c for c in train.callbacks(args, str(tmp_path))
+             if isinstance(c, (keras.callbacks.EarlyStopping,
+                               keras.callbacks.ModelCheckpoint))]
+  assert len(picking) == 2
+  for callback in picking:
+    callback.set_model(model)
+    callback.on_train_begin()
+  # The best loss is epoch 2's, the best accuracy epoch 1's; each epoch's
+  # weights are filled with its number.
+  history = [(1.0, 0.5), (0.9, 0.9), (0.4, 0.8), (0.5, 0.7)]
+  for epoch, (loss, accuracy) in enumerate(history):
+    model.set_weights([np.full_like(w, epoch) for w in model.get_weights()])
+    for callback in picking:
+      callback.on_epoch_end(epoch, {'val_loss': loss,
+                                    'val_accuracy': accuracy})
+  for callback in picking:
+    callback.on_train_end()
+  assert model.get_weights()[0][0, 0] == best_epoch
+  model.set_weights([np.full_like(w, -1) for w in model.get_weights()])
+  model.load_weights(tmp_path / 'checkpoints' / 'best.weights.h5')
+  assert model.get_weights()[0][0, 0] == best_epoch
+
+
+@pytest.fixture(scope='module')
+def preprocessed(tmp_path_factory):
+  """Synthetic reviews of 10 to 32 words through the preprocessing job,
+  padded to 40 tokens."""
+  folder = tmp_path_factory.mktemp('preprocessed')
+  write_jsonl(folder / 'reviews.jsonl',
+              synthetic_reviews(200, 0) + synthetic_reviews(100, 1))
+  preprocess.run([f'--input={folder}/reviews.jsonl',
+                  f'--output_dir={folder}/out', '--split_field=split',
+                  '--max_len=40'])
+  return folder / 'out'
+
+
+def test_bucket_width_batches_documents_of_one_length_bucket(preprocessed):
+  data = data_lib.PreprocessedData.load(str(preprocessed))
+  seen, widths = 0, set()
+  for token_ids, labels in data_lib.dataset(data, raw.TRAIN, 16,
+                                            bucket_width=8):
+    width = token_ids.shape[1]
+    lengths = np.sum(token_ids.numpy() != transformed.PAD_ID, axis=1)
+    # Each document's bucket: its length rounded up to a multiple of 8, at
+    # most max_len; a batch holds one bucket and is cut to it.
+    assert {min(math.ceil(n / 8) * 8, 40) for n in lengths} == {width}
+    assert len(labels) == len(lengths) <= 16
+    seen += len(lengths)
+    widths.add(width)
+  assert seen == 200
+  # The buckets of 10 to 32 tokens; none is padded to max_len.
+  assert widths == {16, 24, 32}
+
+
+def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
+                                                      monkeypatch):
+  built, buckets = [], []
+  real_optimizer, real_buckets = train.optimizer, data_lib.length_buckets
+
+  def recording_optimizer(args, steps):
+    built.append(real_optimizer(args, steps))
+    return built[-1]
+
+  def recording_buckets(examples, batch_size, width, drop_remainder):
+    buckets.append((batch_size, width, drop_remainder))
+    return real_buckets(examples, batch_size, width, drop_remainder)
+  monkeypatch.setattr(train, 'optimizer', recording_optimizer)
+  monkeypatch.setattr(data_lib, 'length_buckets', recording_buckets)
+  # Every document of 10 to 32 tokens falls in the bucket of width 32, so
+  # each batch is cut from max_len 40 to 32 without adding XLA
+  # compilations: one train and one eval shape, as without buckets.
+  metrics, export_dir = train.run([
+      f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model',
+      '--epochs=2', '--batch_size=16', '--embed_dim=8', '--ff_dim=8',
+      '--learning_rate=0.005', '--seed=3', '--decay', '--warmup_fraction=0.25',
+      '--weight_decay=0.01', '--clipnorm=1', '--monitor=val_accuracy',
+      '--bucket_width=32'])
+  _, metadata = export.load(export_dir)
+  flags = {'decay': True, 'warmup_fraction': 0.25, 'weight_decay': 0.01,
+           'clipnorm': 1.0, 'monitor': 'val_accuracy', 'bucket_width': 32}
+  assert {name: metadata['training'][name] for name in flags} == flags
+  # Early stopping needs more than --patience=2 epochs: both epochs ran.
+  assert metadata['training']['epochs_run'] == 2
+  assert metrics['examples'] == 100
+  # The optimizer the model was compiled with: AdamW, clipped, on a
+  # schedule that warms up over a quarter of the 2 * 13 steps, 6 of them,
+  # and decays over the other 20.
+  (optimizer,) = built
+  assert isinstance(optimizer, keras.optimizers.AdamW)
+  assert optimizer.weight_decay == 0.01 and optimizer.clipnorm == 1
+  schedule = optimizer.get_config()['learning_rate']
+  assert schedule['class_name'] == 'CosineDecay'
+  assert {name: schedule['config'][name] for name in (
+      'warmup_steps', 'decay_steps', 'warmup_target')} == {
+          'warmup_steps': 6, 'decay_steps': 20, 'warmup_target': 0.005}
+  # Train and eval batches were both bucketed.
+  assert buckets == [(16, 32, True), (256, 32, False)]

@@ -81,24 +81,26 @@ def row(text, label, record_id='x'):
 def test_preprocessing_fn_vocabulary_padding_oov_and_labels():
   train = [row('good good good film', 'pos'), row('bad bad film', 'neg'),
            row('good plot', 'pos'), row('rare', 'other')]
-  evaluation = [row('good unseen bad film film film', 'neg', 'e1'),
+  evaluation = [row('good unseen film bad bad film', 'neg', 'e1'),
                 row('', 'pos', 'e2')]
   params = transform.TransformParams(vocab_size=5, max_len=4)
   result = analyze_and_transform(train, evaluation, params)
   first, second = result
-  # Top 3 (5 minus the 2 reserved) by train frequency: good 4, film 2... bad 2
-  # ties break by token; ids start after PAD_ID=0 and OOV_ID=1.
-  good, film_or_bad = 2, (3, 4)
-  ids = list(first[transformed.TOKEN_IDS])
-  assert ids[0] == good and ids[1] == transformed.OOV_ID  # 'unseen'
-  assert ids[2] in film_or_bad and len(ids) == 4  # truncated to max_len
+  # The top 3 (5 minus the 2 reserved) by train frequency: good 4, then film
+  # and bad 2 each. TFT documents its order as decreasing frequency, then
+  # reverse lexicographical order of the tokens' bytes, so film comes before
+  # bad. Ids start after PAD_ID=0 and OOV_ID=1.
+  good, film, bad = 2, 3, 4
+  # head_tail keeps the first 2 and the last 2 of the 6 tokens.
+  assert list(first[transformed.TOKEN_IDS]) == [
+      good, transformed.OOV_ID, bad, film]
   assert first[transformed.LENGTH] == 6  # the true length, before truncation
   assert list(second[transformed.TOKEN_IDS]) == [transformed.PAD_ID] * 4
   assert second[transformed.LENGTH] == 0
   # Labels by train frequency: pos (2) first.
   assert second[transformed.LABEL_ID] == 0
   assert first[transformed.ID] == b'e1'
-  assert first[transformed.TEXT] == b'good unseen bad film film film'
+  assert first[transformed.TEXT] == b'good unseen film bad bad film'
 
 
 def test_vocabulary_is_learned_from_train_only():
