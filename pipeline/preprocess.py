@@ -10,6 +10,7 @@ of transformed features next to ``transform_fn/``, ``stats.json`` and the
 parameters the trainer and the scorer need.
 """
 import argparse
+import collections
 import dataclasses
 import hashlib
 import logging
@@ -37,6 +38,7 @@ from pipeline import tfrecords
 from pipeline import transform
 from schemas import raw
 from schemas import rejected
+from schemas import scored
 from schemas import transformed
 
 _BATCH_SIZE = 4000
@@ -160,6 +162,20 @@ class RejectUnknownLabels(records.CountingDoFn):
       yield record
     else:
       yield self.reject(record, rejected.LABEL_NOT_IN_TRAIN)
+
+
+def check_label_columns(train_labels) -> None:
+  """A JobError when two labels would share a probability column of the
+  scoring job's output; the labels are only known once the pipeline counted
+  them, so this runs after it and before anything is published."""
+  by_column = collections.defaultdict(list)
+  for label in sorted(train_labels):
+    by_column[scored.probability_column(label)].append(label)
+  clashes = [f'{" and ".join(map(repr, labels))} would share {column}'
+             for column, labels in by_column.items() if len(labels) > 1]
+  if clashes:
+    raise cli.JobError('labels clash as score columns: ' + '; '.join(clashes)
+                       + '; rename them in the input')
 
 
 def to_record_batch(rows: List[Dict]) -> pa.RecordBatch:
@@ -344,6 +360,7 @@ def run(argv=None):
       raise cli.JobError(
           f'no record reached the train split ({tally.rejected} of '
           f'{tally.read} rejected: {tally.rejected_by_reason})')
+    check_label_columns(tally.labels.get(raw.TRAIN, {}))
     outputs.delete_tree(posixpath.join(staging, 'tmp'))
     stats = summarize(tally, staging, settings.params.max_len)
     write_sidecars(staging, stats, settings, args.input)

@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import json
 import posixpath
+import unicodedata
 from typing import Dict, List, Optional
 
 import apache_beam as beam
@@ -26,6 +27,21 @@ from schemas import rejected
 REJECTED = 'rejected'
 STATS = 'stats'
 _COUNTS_FILE = '_counts'
+# Unicode categories no label may contain: control characters (newline, tab,
+# NUL...), lone surrogates, and line and paragraph separators.
+_BAD_LABEL_CATEGORIES = ('Cc', 'Cs', 'Zl', 'Zp')
+
+
+def is_bad_label(label: str) -> bool:
+  """A label that TFT's label vocabulary or a later reader could mangle.
+
+  TFT's vocabulary files are newline-delimited: TFT leaves out of them any
+  value with a newline, whose examples then carry label_id -1 and make the
+  loss nan. Other control characters and surrounding whitespace make labels
+  that look the same and are not.
+  """
+  return label != label.strip() or any(
+      unicodedata.category(char) in _BAD_LABEL_CATEGORIES for char in label)
 
 
 def check_record(record: Dict, max_text_bytes: int,
@@ -39,8 +55,12 @@ def check_record(record: Dict, max_text_bytes: int,
   if len(text) > max_text_bytes or len(
       text.encode('utf-8', 'replace')) > max_text_bytes:
     return rejected.TEXT_TOO_LONG
-  if require_label and not (record.get(raw.LABEL) or '').strip():
-    return rejected.MISSING_LABEL
+  if require_label:
+    label = record.get(raw.LABEL) or ''
+    if not label.strip():
+      return rejected.MISSING_LABEL
+    if is_bad_label(label):
+      return rejected.BAD_LABEL
   return None
 
 

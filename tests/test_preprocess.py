@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from pipeline import cli
 from pipeline import preprocess
 from schemas import raw
 from schemas import rejected
@@ -75,6 +76,24 @@ BAD_ROWS = {
                 rejected.MISSING_SPLIT),
     'newlabel': ({'id': 'newlabel', 'text': 'words', 'label': 'meh',
                   'split': 'test'}, rejected.LABEL_NOT_IN_TRAIN),
+    # TFT's vocabulary files are newline-delimited: it drops such a label,
+    # and its examples would carry label_id -1.
+    'newlinelabel': ({'id': 'newlinelabel', 'text': 'words', 'label': 'x\ny',
+                      'split': 'train'}, rejected.BAD_LABEL),
+    'crlabel': ({'id': 'crlabel', 'text': 'words', 'label': 'pos\r',
+                 'split': 'train'}, rejected.BAD_LABEL),
+    'tablabel': ({'id': 'tablabel', 'text': 'words', 'label': 'a\tb',
+                  'split': 'train'}, rejected.BAD_LABEL),
+    'nullabel': ({'id': 'nullabel', 'text': 'words', 'label': 'n\x00g',
+                  'split': 'train'}, rejected.BAD_LABEL),
+    'separatorlabel': ({'id': 'separatorlabel', 'text': 'words',
+                        'label': 'a\u2028b', 'split': 'train'},
+                       rejected.BAD_LABEL),
+    'spacedlabel': ({'id': 'spacedlabel', 'text': 'words', 'label': ' pos',
+                     'split': 'train'}, rejected.BAD_LABEL),
+    'spacedevallabel': ({'id': 'spacedevallabel', 'text': 'words',
+                         'label': 'neg ', 'split': 'test'},
+                        rejected.BAD_LABEL),
 }
 
 
@@ -130,6 +149,7 @@ def test_examples_are_padded_truncated_and_labelled(small_job):
   assert stats['labels']['counts'] == {'train': {'pos': 16, 'neg': 15},
                                        'eval': {'pos': 6, 'neg': 6}}
   for example in train + evaluation:
+    assert 0 <= example[transformed.LABEL_ID] < len(stats['labels']['names'])
     ids = example[transformed.TOKEN_IDS]
     assert len(ids) == 6 and ids.max() < 6 and ids.min() >= 0
     kept = min(example[transformed.LENGTH], 6)
@@ -245,3 +265,20 @@ def test_no_train_records_is_a_job_error(tmp_path):
   assert result.returncode == 2
   assert 'no record reached the train split' in result.stderr
   assert not (tmp_path / 'out').exists()
+
+
+def test_labels_clashing_as_score_columns_are_a_job_error(tmp_path):
+  # Scores give each class a column probability_<label>, lower-cased with
+  # runs of other characters as '_'.
+  labels = ['a-b', 'a_b', 'Pos', 'pos', 'other']
+  write_jsonl(tmp_path / 'in.jsonl', [
+      {'text': f'text number {i}', 'label': labels[i % 5]} for i in range(30)])
+  output = tmp_path / 'out'
+  output.mkdir()
+  (output / 'previous').write_text('kept')
+  with pytest.raises(cli.JobError) as error:
+    preprocess.run([f'--input={tmp_path}/in.jsonl', f'--output_dir={output}'])
+  assert "'a-b' and 'a_b'" in str(error.value)
+  assert "'Pos' and 'pos'" in str(error.value)
+  assert os.listdir(output) == ['previous']
+  assert not [p for p in os.listdir(tmp_path) if 'staging' in p]
