@@ -85,12 +85,30 @@ class Settings:
   eval_fraction: Optional[float]  # None: splits come from the data
 
 
+# Formats read one document a file, whose train/test/... folder names its
+# split (readers.read_document).
+_SPLIT_FOLDER_FORMATS = ('files', 'email')
+
+
+def check_eval_fraction(eval_fraction: float, split_field: Optional[str],
+                        fmt: str) -> None:
+  """ValueError unless --eval_fraction is in [0, 1), and 0 only where the
+  data can name eval records: else the eval split would be empty, and the
+  trainer needs one."""
+  if not 0.0 <= eval_fraction < 1.0:
+    raise ValueError('--eval_fraction must be in [0, 1)')
+  if not (eval_fraction or split_field or fmt in _SPLIT_FOLDER_FORMATS):
+    raise ValueError(
+        '--eval_fraction=0 leaves the eval split empty: give a share in '
+        '(0, 1), or take the splits from the data (--split_field, or train/ '
+        'and test/ folders of a folder input)')
+
+
 def settings_from_args(args) -> Settings:
   """The flags checked before anything runs; a JobError names a bad one."""
-  if not 0.0 <= args.eval_fraction < 1.0:
-    raise cli.JobError('--eval_fraction must be in [0, 1)')
   try:
     pattern, fmt = readers.resolve_input(args.input, args.format)
+    check_eval_fraction(args.eval_fraction, args.split_field, fmt)
     config = readers.read_config_from_args(
         args, format=fmt, label_field=args.label_field or None,
         split_field=args.split_field)

@@ -282,3 +282,19 @@ def test_labels_clashing_as_score_columns_are_a_job_error(tmp_path):
   assert "'Pos' and 'pos'" in str(error.value)
   assert os.listdir(output) == ['previous']
   assert not [p for p in os.listdir(tmp_path) if 'staging' in p]
+
+
+def test_eval_fraction_zero_is_refused_unless_splits_come_from_the_data(
+    tmp_path):
+  write_jsonl(tmp_path / 'in.jsonl', good_rows(4, 'train'))
+  with pytest.raises(cli.JobError, match='--eval_fraction'):
+    preprocess.run([f'--input={tmp_path}/in.jsonl',
+                    f'--output_dir={tmp_path}/out', '--eval_fraction=0'])
+  assert not (tmp_path / 'out').exists()
+  # Split folders (train/, test/) of a folder input decide the split.
+  (tmp_path / 'docs' / 'train' / 'pos').mkdir(parents=True)
+  (tmp_path / 'docs' / 'train' / 'pos' / '1.txt').write_text('fine')
+  args, _ = preprocess.parse_args([f'--input={tmp_path}/docs',
+                                   f'--output_dir={tmp_path}/out',
+                                   '--eval_fraction=0'])
+  assert preprocess.settings_from_args(args).eval_fraction == 0.0
