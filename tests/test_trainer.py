@@ -7,14 +7,32 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipeline import cli
 from schemas import serving
 from schemas import transformed
 from tests.conftest import run_module
+from tests.conftest import synthetic_reviews
 from trainer import data as data_lib
 from trainer import evaluate
 from trainer import export
 from trainer import model as model_lib
 from trainer import predict
+from trainer import train
+
+# Flags of a small, fast training run.
+TINY_MODEL = ['--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--epochs=2']
+
+
+def preprocess_rows(folder, rows):
+  """A preprocessing output of ``rows``, split by their split field."""
+  from pipeline import preprocess
+  with open(folder / 'rows.jsonl', 'w') as handle:
+    for row in rows:
+      handle.write(json.dumps(row) + '\n')
+  data_dir = folder / 'preprocessed'
+  preprocess.run([f'--input={folder}/rows.jsonl', f'--output_dir={data_dir}',
+                  '--split_field=split', '--max_len=16'])
+  return data_dir
 
 def test_short_training_beats_chance_clearly(trained):
   model_dir, _, metrics = trained
@@ -72,6 +90,30 @@ def test_trainer_job_error_on_a_missing_data_dir(tmp_path):
                       f'--model_dir={tmp_path}/model')
   assert result.returncode == 2
   assert 'is not a preprocessing output' in result.stderr.strip().splitlines()[-1]
+
+
+def test_nan_loss_is_a_job_error_and_nothing_is_exported(tmp_path):
+  data_dir = preprocess_rows(
+      tmp_path, synthetic_reviews(40, 0) + synthetic_reviews(16, 1))
+  with pytest.raises(cli.JobError, match='nan'):
+    # A learning rate this large makes the weights overflow at once.
+    train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
+               '--learning_rate=1e30', *TINY_MODEL])
+  assert not (tmp_path / 'model' / export.EXPORT_DIR).exists()
+
+
+@pytest.mark.parametrize('make_rows, message', [
+    (lambda: [row for row in synthetic_reviews(20, 0) + synthetic_reviews(
+        8, 1) if row['label'] == 'pos'], 'at least two classes'),
+    (lambda: synthetic_reviews(20, 0), 'eval split is empty'),
+])
+def test_untrainable_data_is_a_job_error_before_training(tmp_path, make_rows,
+                                                         message):
+  data_dir = preprocess_rows(tmp_path, make_rows())
+  with pytest.raises(cli.JobError, match=message):
+    train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
+               *TINY_MODEL])
+  assert not (tmp_path / 'model').exists()
 
 
 @pytest.mark.parametrize('mode', ['mean', 'max'])
