@@ -1,6 +1,8 @@
 """The trainer: layers, masking, save/load, a short real training run, the
 raw-text export contract and trainer.predict."""
 import json
+import logging
+import shutil
 
 import keras
 import numpy as np
@@ -114,6 +116,67 @@ def test_untrainable_data_is_a_job_error_before_training(tmp_path, make_rows,
     train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
                *TINY_MODEL])
   assert not (tmp_path / 'model').exists()
+
+
+class ConstantClassifier(tf.Module):
+  """The export's serving signature, answering 'pos' at 0.75 to any text."""
+
+  @tf.function(input_signature=[
+      tf.TensorSpec([None], tf.string, name=serving.TEXT)])
+  def classify(self, text):
+    count = tf.shape(text)[0]
+    return {
+        serving.LABEL: tf.fill([count], 'pos'),
+        serving.LABEL_ID: tf.fill([count], tf.constant(1, tf.int64)),
+        serving.CONFIDENCE: tf.fill([count], 0.75),
+        serving.PROBABILITIES: tf.tile([[0.25, 0.75]], [count, 1]),
+    }
+
+
+def tiny_export(folder, metadata):
+  """An export folder as the trainer lays it out, without training."""
+  module = ConstantClassifier()
+  tf.saved_model.save(module, str(folder),
+                      signatures={serving.SIGNATURE: module.classify})
+  (folder / 'assets.extra').mkdir()
+  (folder / export.METADATA_FILE).write_text(json.dumps(metadata))
+  return folder
+
+
+def fake_version(model_dir, version, saved_model=True, metadata=True):
+  folder = model_dir / export.EXPORT_DIR / str(version)
+  folder.mkdir(parents=True)
+  if saved_model:
+    (folder / 'saved_model.pb').write_bytes(b'')
+  if metadata:
+    (folder / 'assets.extra').mkdir()
+    (folder / export.METADATA_FILE).write_text('{}')
+  return folder
+
+
+def test_resolve_skips_incomplete_newer_versions_with_a_warning(tmp_path,
+                                                                caplog):
+  fake_version(tmp_path, 50)
+  complete = fake_version(tmp_path, 100)
+  incomplete = [fake_version(tmp_path, 200, saved_model=False, metadata=False),
+                fake_version(tmp_path, 300, metadata=False),
+                fake_version(tmp_path, 400, saved_model=False)]
+  with caplog.at_level(logging.WARNING):
+    assert export.resolve(str(tmp_path)) == str(complete)
+  for folder in incomplete:
+    assert str(folder) in caplog.text
+  shutil.rmtree(tmp_path / export.EXPORT_DIR / '50')
+  shutil.rmtree(complete)
+  with pytest.raises(export.ExportError, match='no exported model'):
+    export.resolve(str(tmp_path))
+
+
+def test_metadata_without_label_names_is_an_export_error(tmp_path):
+  tiny_export(tmp_path / export.EXPORT_DIR / '1', {'version': 1})
+  with pytest.raises(export.ExportError, match='label_names'):
+    export.load(str(tmp_path))
+  with pytest.raises(cli.JobError, match='label_names'):
+    predict.run([f'--model_dir={tmp_path}', 'some text'])
 
 
 @pytest.mark.parametrize('mode', ['mean', 'max'])
