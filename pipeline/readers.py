@@ -63,6 +63,24 @@ class ReadConfig:
   max_text_bytes: int = 1 << 20
   keep_fields: Tuple[str, ...] = ()  # passed through as raw.KEPT
 
+  def __post_init__(self):
+    if self.csv_delimiter is not None:
+      _check_csv_delimiter(self.csv_delimiter)
+
+
+def _check_csv_delimiter(delimiter: str) -> None:
+  """ReaderError unless ``delimiter`` is one character the csv module takes,
+  given as itself or as an escape (``\\t``): the csv module would raise
+  only once the pipeline reads, as a traceback."""
+  try:
+    character = codecs.decode(delimiter, 'unicode_escape')
+    csv.reader([], delimiter=character)
+  except (TypeError, ValueError) as error:  # UnicodeDecodeError is one
+    raise ReaderError(f'--csv_delimiter={delimiter!r} is not one character '
+                      f'(or an escape such as \\t): {error}') from error
+  if character in '\r\n':
+    raise ReaderError('--csv_delimiter cannot be a line break')
+
 
 def add_reader_arguments(parser: argparse.ArgumentParser):
   """The reading flags every job shares."""

@@ -1,7 +1,11 @@
 """The preprocessing job on small data the tests write, and its failure modes."""
+import errno
 import glob
+import importlib
 import json
 import os
+import signal
+import sys
 
 import apache_beam as beam
 from apache_beam.testing.util import assert_that
@@ -12,6 +16,7 @@ import tensorflow_transform as tft
 
 from pipeline import cli
 from pipeline import preprocess
+from pipeline import tfrecords
 from schemas import raw
 from schemas import rejected
 from schemas import transformed
@@ -298,3 +303,48 @@ def test_eval_fraction_zero_is_refused_unless_splits_come_from_the_data(
                                    f'--output_dir={tmp_path}/out',
                                    '--eval_fraction=0'])
   assert preprocess.settings_from_args(args).eval_fraction == 0.0
+
+
+@pytest.mark.parametrize('job', ['preprocess', 'score'])
+def test_a_bad_csv_delimiter_is_a_job_error_before_the_pipeline(tmp_path, job):
+  (tmp_path / 'in.csv').write_text('text,label\nfine,pos\n')
+  args = [f'--input={tmp_path}/in.csv', f'--output_dir={tmp_path}/out',
+          '--csv_delimiter=ab']
+  if job == 'score':
+    args.append(f'--model_dir={tmp_path}/model')
+  with pytest.raises(cli.JobError, match='--csv_delimiter'):
+    importlib.import_module(f'pipeline.{job}').run(args)
+  assert not (tmp_path / 'out').exists()
+  for delimiter in (';', r'\t', '|'):
+    args, _ = preprocess.parse_args([
+        f'--input={tmp_path}/in.csv', f'--output_dir={tmp_path}/out',
+        f'--csv_delimiter={delimiter}'])
+    assert preprocess.settings_from_args(args).read_config.csv_delimiter == (
+        delimiter)
+
+
+def test_a_full_disk_is_one_error_line_and_keeps_the_previous_output(
+    tmp_path, monkeypatch, capsys):
+  write_jsonl(tmp_path / 'in.jsonl', good_rows(6, 'train') +
+              good_rows(4, 'test'))
+  output = tmp_path / 'out'
+  output.mkdir()
+  (output / 'previous').write_text('kept')
+
+  def disk_full(self, file_handle, value):
+    del self, file_handle, value
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), 'train-00000')
+  monkeypatch.setattr(tfrecords._FramedRecordsSink, 'write_encoded_record',
+                      disk_full)
+  # main installs a SIGTERM handler; the test process keeps its own.
+  monkeypatch.setattr(signal, 'signal', lambda *args: None)
+  monkeypatch.setattr(sys, 'argv', [
+      'preprocess', f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
+      '--split_field=split'])
+  with pytest.raises(SystemExit) as exit_info:
+    cli.main(preprocess.run)
+  assert exit_info.value.code == cli.EXIT_JOB_ERROR
+  last = capsys.readouterr().err.strip().splitlines()[-1]
+  assert last.startswith('error: ') and 'No space left on device' in last
+  assert os.listdir(output) == ['previous']
+  assert not [p for p in os.listdir(tmp_path) if 'staging' in p]
