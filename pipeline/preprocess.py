@@ -9,6 +9,8 @@ on train with tensorflow-transform, and writes both splits as gzip TFRecords
 of transformed features next to ``transform_fn/``, ``stats.json`` and the
 parameters the trainer and the scorer need.
 """
+# First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
+from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
 import argparse
 import collections
 import dataclasses

@@ -1,8 +1,13 @@
 """The trainer: layers, masking, save/load, a short real training run, the
 raw-text export contract and trainer.predict."""
+import glob
 import json
 import logging
+import os
+import re
 import shutil
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -12,6 +17,7 @@ import tensorflow as tf
 from pipeline import cli
 from schemas import serving
 from schemas import transformed
+from tests.conftest import REPO
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
 from trainer import data as data_lib
@@ -177,6 +183,24 @@ def test_metadata_without_label_names_is_an_export_error(tmp_path):
     export.load(str(tmp_path))
   with pytest.raises(cli.JobError, match='label_names'):
     predict.run([f'--model_dir={tmp_path}', 'some text'])
+
+
+def test_predict_prints_no_cuda_lines_on_a_machine_without_a_gpu(tmp_path):
+  if glob.glob('/dev/nvidia[0-9]*'):
+    pytest.skip('a GPU is present, and lines about CUDA may matter')
+  tiny_export(tmp_path / export.EXPORT_DIR / '1',
+              {'version': 1, 'label_names': ['neg', 'pos']})
+  env = {name: value for name, value in os.environ.items()
+         if name != 'TF_CPP_MIN_LOG_LEVEL'}
+  result = subprocess.run(
+      [sys.executable, '-m', 'trainer.predict', f'--model_dir={tmp_path}',
+       'some text'], capture_output=True, text=True, env=env, cwd=REPO,
+      timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.startswith('pos\t0.7500\t')
+  lines = (result.stdout + result.stderr).splitlines()
+  assert not [line for line in lines
+              if re.search(r'cuda|absl::InitializeLog', line, re.IGNORECASE)]
 
 
 @pytest.mark.parametrize('mode', ['mean', 'max'])

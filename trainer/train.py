@@ -11,6 +11,8 @@ cross-entropy, evaluates on the eval split every epoch, stops early with the
 best weights restored, exports a raw-text SavedModel and evaluates that
 export into metrics.json and a report with plots.
 """
+# First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
+from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
 import argparse
 import dataclasses
 import logging
