@@ -9,7 +9,10 @@ on train with tensorflow-transform, and writes both splits as gzip TFRecords
 of transformed features next to ``transform_fn/``, ``stats.json`` and the
 parameters the trainer and the scorer need.
 """
+# First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
+from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
 import argparse
+import collections
 import dataclasses
 import hashlib
 import logging
@@ -37,6 +40,7 @@ from pipeline import tfrecords
 from pipeline import transform
 from schemas import raw
 from schemas import rejected
+from schemas import scored
 from schemas import transformed
 
 _BATCH_SIZE = 4000
@@ -83,12 +87,30 @@ class Settings:
   eval_fraction: Optional[float]  # None: splits come from the data
 
 
+# Formats read one document a file, whose train/test/... folder names its
+# split (readers.read_document).
+_SPLIT_FOLDER_FORMATS = ('files', 'email')
+
+
+def check_eval_fraction(eval_fraction: float, split_field: Optional[str],
+                        fmt: str) -> None:
+  """ValueError unless --eval_fraction is in [0, 1), and 0 only where the
+  data can name eval records: else the eval split would be empty, and the
+  trainer needs one."""
+  if not 0.0 <= eval_fraction < 1.0:
+    raise ValueError('--eval_fraction must be in [0, 1)')
+  if not (eval_fraction or split_field or fmt in _SPLIT_FOLDER_FORMATS):
+    raise ValueError(
+        '--eval_fraction=0 leaves the eval split empty: give a share in '
+        '(0, 1), or take the splits from the data (--split_field, or train/ '
+        'and test/ folders of a folder input)')
+
+
 def settings_from_args(args) -> Settings:
   """The flags checked before anything runs; a JobError names a bad one."""
-  if not 0.0 <= args.eval_fraction < 1.0:
-    raise cli.JobError('--eval_fraction must be in [0, 1)')
   try:
     pattern, fmt = readers.resolve_input(args.input, args.format)
+    check_eval_fraction(args.eval_fraction, args.split_field, fmt)
     config = readers.read_config_from_args(
         args, format=fmt, label_field=args.label_field or None,
         split_field=args.split_field)
@@ -160,6 +182,20 @@ class RejectUnknownLabels(records.CountingDoFn):
       yield record
     else:
       yield self.reject(record, rejected.LABEL_NOT_IN_TRAIN)
+
+
+def check_label_columns(train_labels) -> None:
+  """A JobError when two labels would share a probability column of the
+  scoring job's output; the labels are only known once the pipeline counted
+  them, so this runs after it and before anything is published."""
+  by_column = collections.defaultdict(list)
+  for label in sorted(train_labels):
+    by_column[scored.probability_column(label)].append(label)
+  clashes = [f'{" and ".join(map(repr, labels))} would share {column}'
+             for column, labels in by_column.items() if len(labels) > 1]
+  if clashes:
+    raise cli.JobError('labels clash as score columns: ' + '; '.join(clashes)
+                       + '; rename them in the input')
 
 
 def to_record_batch(rows: List[Dict]) -> pa.RecordBatch:
@@ -344,6 +380,7 @@ def run(argv=None):
       raise cli.JobError(
           f'no record reached the train split ({tally.rejected} of '
           f'{tally.read} rejected: {tally.rejected_by_reason})')
+    check_label_columns(tally.labels.get(raw.TRAIN, {}))
     outputs.delete_tree(posixpath.join(staging, 'tmp'))
     stats = summarize(tally, staging, settings.params.max_len)
     write_sidecars(staging, stats, settings, args.input)

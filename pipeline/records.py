@@ -29,6 +29,21 @@ from schemas import rejected
 REJECTED = 'rejected'
 STATS = 'stats'
 _COUNTS_FILE = '_counts'
+# Unicode categories no label may contain: control characters (newline, tab,
+# NUL...), lone surrogates, and line and paragraph separators.
+_BAD_LABEL_CATEGORIES = ('Cc', 'Cs', 'Zl', 'Zp')
+
+
+def is_bad_label(label: str) -> bool:
+  """A label that TFT's label vocabulary or a later reader could mangle.
+
+  TFT's vocabulary files are newline-delimited: TFT leaves out of them any
+  value with a newline, whose examples then carry label_id -1 and make the
+  loss nan. Other control characters and surrounding whitespace make labels
+  that look the same and are not.
+  """
+  return label != label.strip() or any(
+      unicodedata.category(char) in _BAD_LABEL_CATEGORIES for char in label)
 
 
 _HTML_TAG = re.compile(transform.HTML_TAG)
@@ -55,8 +70,12 @@ def check_record(record: Dict, max_text_bytes: int,
     return rejected.TEXT_TOO_LONG
   if not has_visible_text(text):
     return rejected.EMPTY_TEXT
-  if require_label and not (record.get(raw.LABEL) or '').strip():
-    return rejected.MISSING_LABEL
+  if require_label:
+    label = record.get(raw.LABEL) or ''
+    if not label.strip():
+      return rejected.MISSING_LABEL
+    if is_bad_label(label):
+      return rejected.BAD_LABEL
   return None
 
 

@@ -11,6 +11,8 @@ and a ``manifest.json`` and ``_SUCCESS`` once the output is complete. With
 ``--partition`` the output is ``output_dir/<partition>/``, replaced whole by a
 rerun, so the same command can run every night.
 """
+# First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
+from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
 import argparse
 import dataclasses
 import datetime

@@ -19,6 +19,10 @@ EMPTY_TEXT = 'empty_text'                # nothing but whitespace, tags, zero-wi
 TEXT_TOO_LONG = 'text_too_long'          # over --max_text_bytes
 UNDECODABLE_TEXT = 'undecodable_text'    # bytes invalid in --encoding
 MISSING_LABEL = 'missing_label'          # absent or empty label
+# A label with control characters (newline, tab, NUL...), line separators or
+# surrounding whitespace: TFT's newline-delimited vocabulary file would lose
+# it, and its examples would carry no class.
+BAD_LABEL = 'bad_label'
 UNKNOWN_SPLIT = 'unknown_split'          # a split value we cannot map
 MISSING_SPLIT = 'missing_split'          # --split_field given, value absent
 LABEL_NOT_IN_TRAIN = 'label_not_in_train'  # eval label the model cannot know

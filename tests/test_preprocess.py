@@ -1,7 +1,11 @@
 """The preprocessing job on small data the tests write, and its failure modes."""
+import errno
 import glob
+import importlib
 import json
 import os
+import signal
+import sys
 
 import apache_beam as beam
 from apache_beam.testing.util import assert_that
@@ -10,8 +14,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from pipeline import cli
 from pipeline import outputs
 from pipeline import preprocess
+from pipeline import tfrecords
 from schemas import raw
 from schemas import rejected
 from schemas import transformed
@@ -63,6 +69,24 @@ BAD_ROWS = {
                 rejected.MISSING_SPLIT),
     'newlabel': ({'id': 'newlabel', 'text': 'words', 'label': 'meh',
                   'split': 'test'}, rejected.LABEL_NOT_IN_TRAIN),
+    # TFT's vocabulary files are newline-delimited: it drops such a label,
+    # and its examples would carry label_id -1.
+    'newlinelabel': ({'id': 'newlinelabel', 'text': 'words', 'label': 'x\ny',
+                      'split': 'train'}, rejected.BAD_LABEL),
+    'crlabel': ({'id': 'crlabel', 'text': 'words', 'label': 'pos\r',
+                 'split': 'train'}, rejected.BAD_LABEL),
+    'tablabel': ({'id': 'tablabel', 'text': 'words', 'label': 'a\tb',
+                  'split': 'train'}, rejected.BAD_LABEL),
+    'nullabel': ({'id': 'nullabel', 'text': 'words', 'label': 'n\x00g',
+                  'split': 'train'}, rejected.BAD_LABEL),
+    'separatorlabel': ({'id': 'separatorlabel', 'text': 'words',
+                        'label': 'a\u2028b', 'split': 'train'},
+                       rejected.BAD_LABEL),
+    'spacedlabel': ({'id': 'spacedlabel', 'text': 'words', 'label': ' pos',
+                     'split': 'train'}, rejected.BAD_LABEL),
+    'spacedevallabel': ({'id': 'spacedevallabel', 'text': 'words',
+                         'label': 'neg ', 'split': 'test'},
+                        rejected.BAD_LABEL),
 }
 
 
@@ -118,6 +142,7 @@ def test_examples_are_padded_truncated_and_labelled(small_job):
   assert stats['labels']['counts'] == {'train': {'pos': 16, 'neg': 15},
                                        'eval': {'pos': 6, 'neg': 6}}
   for example in train + evaluation:
+    assert 0 <= example[transformed.LABEL_ID] < len(stats['labels']['names'])
     ids = example[transformed.TOKEN_IDS]
     assert len(ids) == 6 and ids.max() < 6 and ids.min() >= 0
     kept = min(example[transformed.LENGTH], 6)
@@ -233,3 +258,81 @@ def test_no_train_records_is_a_job_error(tmp_path):
   assert result.returncode == 2
   assert 'no record reached the train split' in result.stderr
   assert not (tmp_path / 'out').exists()
+
+
+def test_labels_clashing_as_score_columns_are_a_job_error(tmp_path):
+  # Scores give each class a column probability_<label>, lower-cased with
+  # runs of other characters as '_'.
+  labels = ['a-b', 'a_b', 'Pos', 'pos', 'other']
+  write_jsonl(tmp_path / 'in.jsonl', [
+      {'text': f'text number {i}', 'label': labels[i % 5]} for i in range(30)])
+  output = tmp_path / 'out'
+  output.mkdir()
+  (output / 'previous').write_text('kept')
+  with pytest.raises(cli.JobError) as error:
+    preprocess.run([f'--input={tmp_path}/in.jsonl', f'--output_dir={output}'])
+  assert "'a-b' and 'a_b'" in str(error.value)
+  assert "'Pos' and 'pos'" in str(error.value)
+  assert os.listdir(output) == ['previous']
+  assert not [p for p in os.listdir(tmp_path) if 'staging' in p]
+
+
+def test_eval_fraction_zero_is_refused_unless_splits_come_from_the_data(
+    tmp_path):
+  write_jsonl(tmp_path / 'in.jsonl', good_rows(4, 'train'))
+  with pytest.raises(cli.JobError, match='--eval_fraction'):
+    preprocess.run([f'--input={tmp_path}/in.jsonl',
+                    f'--output_dir={tmp_path}/out', '--eval_fraction=0'])
+  assert not (tmp_path / 'out').exists()
+  # Split folders (train/, test/) of a folder input decide the split.
+  (tmp_path / 'docs' / 'train' / 'pos').mkdir(parents=True)
+  (tmp_path / 'docs' / 'train' / 'pos' / '1.txt').write_text('fine')
+  args, _ = preprocess.parse_args([f'--input={tmp_path}/docs',
+                                   f'--output_dir={tmp_path}/out',
+                                   '--eval_fraction=0'])
+  assert preprocess.settings_from_args(args).eval_fraction == 0.0
+
+
+@pytest.mark.parametrize('job', ['preprocess', 'score'])
+def test_a_bad_csv_delimiter_is_a_job_error_before_the_pipeline(tmp_path, job):
+  (tmp_path / 'in.csv').write_text('text,label\nfine,pos\n')
+  args = [f'--input={tmp_path}/in.csv', f'--output_dir={tmp_path}/out',
+          '--csv_delimiter=ab']
+  if job == 'score':
+    args.append(f'--model_dir={tmp_path}/model')
+  with pytest.raises(cli.JobError, match='--csv_delimiter'):
+    importlib.import_module(f'pipeline.{job}').run(args)
+  assert not (tmp_path / 'out').exists()
+  for delimiter in (';', r'\t', '|'):
+    args, _ = preprocess.parse_args([
+        f'--input={tmp_path}/in.csv', f'--output_dir={tmp_path}/out',
+        f'--csv_delimiter={delimiter}'])
+    assert preprocess.settings_from_args(args).read_config.csv_delimiter == (
+        delimiter)
+
+
+def test_a_full_disk_is_one_error_line_and_keeps_the_previous_output(
+    tmp_path, monkeypatch, capsys):
+  write_jsonl(tmp_path / 'in.jsonl', good_rows(6, 'train') +
+              good_rows(4, 'test'))
+  output = tmp_path / 'out'
+  output.mkdir()
+  (output / 'previous').write_text('kept')
+
+  def disk_full(self, file_handle, value):
+    del self, file_handle, value
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), 'train-00000')
+  monkeypatch.setattr(tfrecords._FramedRecordsSink, 'write_encoded_record',
+                      disk_full)
+  # main installs a SIGTERM handler; the test process keeps its own.
+  monkeypatch.setattr(signal, 'signal', lambda *args: None)
+  monkeypatch.setattr(sys, 'argv', [
+      'preprocess', f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
+      '--split_field=split'])
+  with pytest.raises(SystemExit) as exit_info:
+    cli.main(preprocess.run)
+  assert exit_info.value.code == cli.EXIT_JOB_ERROR
+  last = capsys.readouterr().err.strip().splitlines()[-1]
+  assert last.startswith('error: ') and 'No space left on device' in last
+  assert os.listdir(output) == ['previous']
+  assert not [p for p in os.listdir(tmp_path) if 'staging' in p]

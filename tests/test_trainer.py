@@ -1,17 +1,27 @@
 """The trainer: layers, masking, save/load, a short real training run, the
-raw-text export contract, trainer.predict, and the training flags."""
+raw-text export contract, trainer.predict, the training flags and the
+trainer's guards."""
+import glob
 import json
+import logging
 import math
+import os
+import re
+import shutil
+import subprocess
+import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipeline import cli
 from pipeline import preprocess
 from schemas import raw
 from schemas import serving
 from schemas import transformed
+from tests.conftest import REPO
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
@@ -21,6 +31,18 @@ from trainer import export
 from trainer import model as model_lib
 from trainer import predict
 from trainer import train
+
+# Flags of a small, fast training run.
+TINY_MODEL = ['--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--epochs=2']
+
+
+def preprocess_rows(folder, rows):
+  """A preprocessing output of ``rows``, split by their split field."""
+  write_jsonl(folder / 'rows.jsonl', rows)
+  data_dir = folder / 'preprocessed'
+  preprocess.run([f'--input={folder}/rows.jsonl', f'--output_dir={data_dir}',
+                  '--split_field=split', '--max_len=16'])
+  return data_dir
 
 
 def test_short_training_beats_chance_clearly(trained):
@@ -79,6 +101,109 @@ def test_trainer_job_error_on_a_missing_data_dir(tmp_path):
                       f'--model_dir={tmp_path}/model')
   assert result.returncode == 2
   assert 'is not a preprocessing output' in result.stderr.strip().splitlines()[-1]
+
+
+def test_nan_loss_is_a_job_error_and_nothing_is_exported(tmp_path):
+  data_dir = preprocess_rows(
+      tmp_path, synthetic_reviews(40, 0) + synthetic_reviews(16, 1))
+  with pytest.raises(cli.JobError, match='nan'):
+    # A learning rate this large makes the weights overflow at once.
+    train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
+               '--learning_rate=1e30', *TINY_MODEL])
+  assert not (tmp_path / 'model' / export.EXPORT_DIR).exists()
+
+
+@pytest.mark.parametrize('make_rows, message', [
+    (lambda: [row for row in synthetic_reviews(20, 0) + synthetic_reviews(
+        8, 1) if row['label'] == 'pos'], 'at least two classes'),
+    (lambda: synthetic_reviews(20, 0), 'eval split is empty'),
+])
+def test_untrainable_data_is_a_job_error_before_training(tmp_path, make_rows,
+                                                         message):
+  data_dir = preprocess_rows(tmp_path, make_rows())
+  with pytest.raises(cli.JobError, match=message):
+    train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
+               *TINY_MODEL])
+  assert not (tmp_path / 'model').exists()
+
+
+class ConstantClassifier(tf.Module):
+  """The export's serving signature, answering 'pos' at 0.75 to any text."""
+
+  @tf.function(input_signature=[
+      tf.TensorSpec([None], tf.string, name=serving.TEXT)])
+  def classify(self, text):
+    count = tf.shape(text)[0]
+    return {
+        serving.LABEL: tf.fill([count], 'pos'),
+        serving.LABEL_ID: tf.fill([count], tf.constant(1, tf.int64)),
+        serving.CONFIDENCE: tf.fill([count], 0.75),
+        serving.PROBABILITIES: tf.tile([[0.25, 0.75]], [count, 1]),
+    }
+
+
+def tiny_export(folder, metadata):
+  """An export folder as the trainer lays it out, without training."""
+  module = ConstantClassifier()
+  tf.saved_model.save(module, str(folder),
+                      signatures={serving.SIGNATURE: module.classify})
+  (folder / 'assets.extra').mkdir()
+  (folder / export.METADATA_FILE).write_text(json.dumps(metadata))
+  return folder
+
+
+def fake_version(model_dir, version, saved_model=True, metadata=True):
+  folder = model_dir / export.EXPORT_DIR / str(version)
+  folder.mkdir(parents=True)
+  if saved_model:
+    (folder / 'saved_model.pb').write_bytes(b'')
+  if metadata:
+    (folder / 'assets.extra').mkdir()
+    (folder / export.METADATA_FILE).write_text('{}')
+  return folder
+
+
+def test_resolve_skips_incomplete_newer_versions_with_a_warning(tmp_path,
+                                                                caplog):
+  fake_version(tmp_path, 50)
+  complete = fake_version(tmp_path, 100)
+  incomplete = [fake_version(tmp_path, 200, saved_model=False, metadata=False),
+                fake_version(tmp_path, 300, metadata=False),
+                fake_version(tmp_path, 400, saved_model=False)]
+  with caplog.at_level(logging.WARNING):
+    assert export.resolve(str(tmp_path)) == str(complete)
+  for folder in incomplete:
+    assert str(folder) in caplog.text
+  shutil.rmtree(tmp_path / export.EXPORT_DIR / '50')
+  shutil.rmtree(complete)
+  with pytest.raises(export.ExportError, match='no exported model'):
+    export.resolve(str(tmp_path))
+
+
+def test_metadata_without_label_names_is_an_export_error(tmp_path):
+  tiny_export(tmp_path / export.EXPORT_DIR / '1', {'version': 1})
+  with pytest.raises(export.ExportError, match='label_names'):
+    export.load(str(tmp_path))
+  with pytest.raises(cli.JobError, match='label_names'):
+    predict.run([f'--model_dir={tmp_path}', 'some text'])
+
+
+def test_predict_prints_no_cuda_lines_on_a_machine_without_a_gpu(tmp_path):
+  if glob.glob('/dev/nvidia[0-9]*'):
+    pytest.skip('a GPU is present, and lines about CUDA may matter')
+  tiny_export(tmp_path / export.EXPORT_DIR / '1',
+              {'version': 1, 'label_names': ['neg', 'pos']})
+  env = {name: value for name, value in os.environ.items()
+         if name != 'TF_CPP_MIN_LOG_LEVEL'}
+  result = subprocess.run(
+      [sys.executable, '-m', 'trainer.predict', f'--model_dir={tmp_path}',
+       'some text'], capture_output=True, text=True, env=env, cwd=REPO,
+      timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.startswith('pos\t0.7500\t')
+  lines = (result.stdout + result.stderr).splitlines()
+  assert not [line for line in lines
+              if re.search(r'cuda|absl::InitializeLog', line, re.IGNORECASE)]
 
 
 @pytest.mark.parametrize('mode', ['mean', 'max'])

@@ -8,6 +8,7 @@ export keeps working after the preprocessing output is deleted. Metadata
 ``assets.extra/metadata.json``.
 """
 import json
+import logging
 import posixpath
 import time
 from typing import Dict, List, Tuple
@@ -75,19 +76,35 @@ def export(model, tft_output, label_names: List[str], model_dir: str,
   return final
 
 
+def _missing_files(folder: str) -> List[str]:
+  return [name for name in ('saved_model.pb', METADATA_FILE)
+          if not tf.io.gfile.exists(posixpath.join(folder, name))]
+
+
 def resolve(model_dir: str) -> str:
-  """The export folder: ``model_dir`` itself, or its newest version."""
+  """The export folder: ``model_dir`` itself, or its newest complete version.
+
+  A newer version without its graph or its metadata (a copy cut short, a
+  version being deleted) is skipped with a warning, so that a job goes on
+  with the newest model it can load.
+  """
   if tf.io.gfile.exists(posixpath.join(model_dir, 'saved_model.pb')):
     return model_dir
   root = posixpath.join(model_dir, EXPORT_DIR)
   versions = sorted(
       (int(name.rstrip('/')) for name in (
           tf.io.gfile.listdir(root) if tf.io.gfile.isdir(root) else [])
-       if name.rstrip('/').isdigit()))
-  if not versions:
-    raise ExportError(f'no exported model in {model_dir} (expected '
-                      f'saved_model.pb or {EXPORT_DIR}/<version>/)')
-  return posixpath.join(root, str(versions[-1]))
+       if name.rstrip('/').isdigit()), reverse=True)
+  for version in versions:
+    folder = posixpath.join(root, str(version))
+    missing = _missing_files(folder)
+    if not missing:
+      return folder
+    logging.warning('skipping the incomplete export %s: no %s', folder,
+                    ' or '.join(missing))
+  raise ExportError(f'no exported model in {model_dir} (expected '
+                    f'saved_model.pb, or {EXPORT_DIR}/<version>/ with '
+                    f'saved_model.pb and {METADATA_FILE})')
 
 
 def load(model_dir: str) -> Tuple[object, Dict]:
@@ -99,6 +116,11 @@ def load(model_dir: str) -> Tuple[object, Dict]:
       metadata = json.load(handle)
   except Exception as error:  # pylint: disable=broad-except
     raise ExportError(f'cannot load the model in {path}: {error}') from error
+  names = metadata.get('label_names') if isinstance(metadata, dict) else None
+  if not (isinstance(names, list) and names and
+          all(isinstance(name, str) for name in names)):
+    raise ExportError(f'{posixpath.join(path, METADATA_FILE)} has no '
+                      'label_names (a list of the class names)')
   signature = loaded.signatures[serving.SIGNATURE]
   # Keep the loaded object alive as long as its signature is used.
   signature.loaded_object = loaded

@@ -6,6 +6,8 @@
 Prints one line a text: the predicted label, its confidence and the
 probability of every class (``--json`` for one JSON object a line).
 """
+# First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
+from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
 import argparse
 import json
 import sys

@@ -11,6 +11,8 @@ cross-entropy, evaluates on the eval split every epoch, stops early with the
 best weights restored, exports a raw-text SavedModel and evaluates that
 export into metrics.json and a report with plots.
 """
+# First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
+from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
 import argparse
 import dataclasses
 import logging
@@ -19,6 +21,7 @@ import sys
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from pipeline import cli
@@ -109,6 +112,28 @@ def callbacks(args, model_dir: str):
   ]
 
 
+class StopOnNaN(keras.callbacks.Callback):
+  """Stops training after the first epoch with a loss that is not finite.
+
+  Keras' TerminateOnNaN stops too, but the run then carries on as a success
+  and exports a model of nans; this one keeps what went wrong for the
+  trainer to fail on. Checked once an epoch: one nan batch makes the epoch's
+  mean loss nan, and a check every batch would wait for the device every
+  step.
+  """
+
+  def __init__(self):
+    super().__init__()
+    self.failure = None  # (epoch, the non-finite losses)
+
+  def on_epoch_end(self, epoch, logs=None):
+    losses = {name: value for name, value in (logs or {}).items()
+              if name.endswith('loss') and not np.isfinite(value)}
+    if losses and self.failure is None:
+      self.failure = (epoch + 1, losses)
+      self.model.stop_training = True
+
+
 def train(args, params: model_lib.ModelParams,
           data: data_lib.PreprocessedData):
   """Fits the model; returns (model, history dict, training seconds)."""
@@ -133,12 +158,33 @@ def train(args, params: model_lib.ModelParams,
   eval_data = data_lib.dataset(data, raw.EVAL, max(args.batch_size, 256),
                                bucket_width=args.bucket_width)
   started = time.time()
+  nan_guard = StopOnNaN()
   history = model.fit(train_data, validation_data=eval_data,
                       epochs=args.epochs,
-                      callbacks=callbacks(args, args.model_dir),
+                      callbacks=[nan_guard, *callbacks(args, args.model_dir)],
                       # A progress bar on a terminal, a line an epoch in logs.
                       verbose=1 if sys.stdout.isatty() else 2)
+  if nan_guard.failure:
+    epoch, losses = nan_guard.failure
+    found = ', '.join(f'{name} {value}' for name, value in losses.items())
+    raise cli.JobError(
+        f'training diverged in epoch {epoch} ({found}); nothing was exported: '
+        'try a lower --learning_rate, --clipnorm or --warmup_fraction')
   return model, history.history, time.time() - started
+
+
+def check_trainable(data: data_lib.PreprocessedData) -> None:
+  """A JobError for data no classifier can be trained and evaluated on,
+  before any time goes into training."""
+  if len(data.label_names) < 2:
+    raise cli.JobError(
+        f'{data.data_dir} has the classes {data.label_names}: a classifier '
+        'needs at least two classes in the train split')
+  if not data.num_examples(raw.EVAL):
+    raise cli.JobError(
+        f'{data.data_dir}: the eval split is empty, and the trainer needs it '
+        'to stop early and to evaluate; preprocess with --eval_fraction > 0 '
+        'or with eval records in the data')
 
 
 def run(argv=None):
@@ -149,6 +195,7 @@ def run(argv=None):
   except (tf.errors.NotFoundError, FileNotFoundError, KeyError) as error:
     raise cli.JobError(
         f'{args.data_dir} is not a preprocessing output: {error}') from error
+  check_trainable(data)
   try:
     params = model_params(args)
   except ValueError as error:

@@ -1,6 +1,7 @@
 """What to read and how: the reading flags, their config, the input's format."""
 import argparse
 import codecs
+import csv
 import dataclasses
 import os
 import posixpath
@@ -67,6 +68,8 @@ class ReadConfig:
         name != 'utf-8-sig' and line_ends != b'\r\n'):
       raise ReaderError(f'encoding {self.encoding!r} is not supported for '
                         f'{self.format}: its line ends are not ASCII bytes')
+    if self.csv_delimiter is not None:
+      _check_csv_delimiter(self.csv_delimiter)
 
   @property
   def max_record_bytes(self) -> int:
@@ -79,6 +82,20 @@ class ReadConfig:
     unit = CODE_UNIT_BYTES.get(codecs.lookup(self.encoding).name, 1)
     return (_CODE_UNITS_PER_TEXT_BYTE * unit * self.max_text_bytes +
             _OTHER_FIELDS_BYTES)
+
+
+def _check_csv_delimiter(delimiter: str) -> None:
+  """ReaderError unless ``delimiter`` is one character the csv module takes,
+  given as itself or as an escape (``\\t``): the csv module would raise
+  only once the pipeline reads, as a traceback."""
+  try:
+    character = codecs.decode(delimiter, 'unicode_escape')
+    csv.reader([], delimiter=character)
+  except (TypeError, ValueError) as error:  # UnicodeDecodeError is one
+    raise ReaderError(f'--csv_delimiter={delimiter!r} is not one character '
+                      f'(or an escape such as \\t): {error}') from error
+  if character in '\r\n':
+    raise ReaderError('--csv_delimiter cannot be a line break')
 
 
 def add_reader_arguments(parser: argparse.ArgumentParser):

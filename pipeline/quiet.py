@@ -1,0 +1,71 @@
+"""Loads TensorFlow without its CUDA noise; every entry point imports it first.
+
+On a machine without a GPU, TensorFlow's C++ side logs, while it loads and
+while it first looks for devices::
+
+    WARNING: All log messages before absl::InitializeLog() is called are ...
+    I0000 ... cudart_stub.cc:31] Could not find cuda drivers on your machine...
+    E0000 ... cuda_platform.cc:52] failed call to cuInit: INTERNAL: ...
+
+Those lines go through absl's logging before TensorFlow applies
+``TF_CPP_MIN_LOG_LEVEL``, so the variable cannot hide them, and
+``CUDA_VISIBLE_DEVICES`` does not either. So, where no GPU is present, this
+module loads TensorFlow and lets it look for devices with the process's
+standard error captured, then passes on every line but those about CUDA.
+With a GPU nothing is filtered: there such a line says why it goes unused.
+
+It also makes ``TF_CPP_MIN_LOG_LEVEL`` default to 1 (TensorFlow's INFO lines
+off, its warnings and errors kept). A level the user set wins; at 0 nothing
+is filtered at all.
+"""
+import contextlib
+import glob
+import os
+import re
+import sys
+import tempfile
+from typing import Callable
+
+_LEVEL = 'TF_CPP_MIN_LOG_LEVEL'
+# TensorFlow's search for CUDA, and absl's notice before its first line.
+_CUDA_NOISE = re.compile(r'cuda|absl::InitializeLog', re.IGNORECASE)
+
+
+def has_gpu() -> bool:
+  """Whether an NVIDIA GPU is present: its driver makes /dev/nvidia<N>, also
+  inside a container given the GPU; WSL 2 makes /dev/dxg."""
+  return bool(glob.glob('/dev/nvidia[0-9]*')) or os.path.exists('/dev/dxg')
+
+
+@contextlib.contextmanager
+def _stderr_without(drop: Callable[[str], bool]):
+  """Captures file descriptor 2, where C++ logs, during the block; then
+  writes out the captured lines but those ``drop`` matches."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      yield
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      captured.seek(0)
+      text = captured.read().decode('utf-8', 'replace')
+      sys.stderr.write(''.join(line for line in text.splitlines(keepends=True)
+                               if not drop(line)))
+      sys.stderr.flush()
+
+
+def load_tensorflow() -> None:
+  os.environ.setdefault(_LEVEL, '1')
+  if os.environ[_LEVEL] == '0' or has_gpu() or 'tensorflow' in sys.modules:
+    return
+  with _stderr_without(_CUDA_NOISE.search):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    # Makes TensorFlow try CUDA now rather than at its first operation.
+    tf.config.list_physical_devices('GPU')
+
+
+load_tensorflow()
