@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from pipeline import cli
 from pipeline import preprocess
 from schemas import raw
 from schemas import rejected
@@ -33,7 +34,7 @@ def read_examples(output_dir, split):
 
 def read_rejected(output_dir):
   rows = []
-  for path in glob.glob(os.path.join(output_dir, 'rejected', '*.jsonl')):
+  for path in glob.glob(os.path.join(output_dir, rejected.DIR, '*.jsonl')):
     with open(path, encoding='utf-8') as handle:
       rows.extend(json.loads(line) for line in handle)
   return rows
@@ -198,15 +199,14 @@ def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
           for i in range(60)]
   write_jsonl(tmp_path / 'in.jsonl', rows)
   output = tmp_path / 'out'
-  output.mkdir()
-  (output / 'train-99999-of-99999.tfrecord.gz').write_text('stale')
   args = [f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
           '--eval_fraction=0.3']
   first = preprocess.run(args)
-  assert not (output / 'train-99999-of-99999.tfrecord.gz').exists()
   first_eval = {e[transformed.ID] for e in read_examples(str(output), 'eval')}
+  (output / 'train-99999-of-99999.tfrecord.gz').write_text('stale')
   second = preprocess.run(args + ['--direct_running_mode=multi_processing',
                                   '--direct_num_workers=2'])
+  assert not (output / 'train-99999-of-99999.tfrecord.gz').exists()
   assert first == second
   assert first_eval == {e[transformed.ID]
                         for e in read_examples(str(output), 'eval')}
@@ -236,6 +236,23 @@ def test_job_level_faults_exit_non_zero_with_one_line(tmp_path, make_args,
   assert message in last
   assert (tmp_path / 'out' / 'previous').read_text() == 'kept'
   assert not [p for p in os.listdir(tmp_path) if 'staging' in p]
+
+
+def test_an_output_it_did_not_write_or_would_read_is_refused(tmp_path):
+  (tmp_path / 'data').mkdir()
+  write_jsonl(tmp_path / 'data' / 'in.jsonl', [{'text': 'x', 'label': 'a'}])
+  (tmp_path / 'out').mkdir()
+  (tmp_path / 'out' / 'notes.txt').write_text('kept')
+  with pytest.raises(cli.JobError, match='not an output of this job.*'
+                     '--overwrite'):
+    preprocess.run([f'--input={tmp_path}/data/in.jsonl',
+                    f'--output_dir={tmp_path}/out'])
+  # Its dead letters (*.jsonl) would be read back by every rerun.
+  with pytest.raises(cli.JobError, match='is inside the input'):
+    preprocess.run([f'--input={tmp_path}/**/*.jsonl',
+                    f'--output_dir={tmp_path}/preprocessed'])
+  assert (tmp_path / 'out' / 'notes.txt').read_text() == 'kept'
+  assert sorted(os.listdir(tmp_path)) == ['data', 'out']
 
 
 def test_no_train_records_is_a_job_error(tmp_path):
