@@ -29,6 +29,8 @@ from common import machine  # pylint: disable=wrong-import-position
 from common import run_process  # pylint: disable=wrong-import-position
 from train import RUNS  # pylint: disable=wrong-import-position
 
+from schemas import scored  # pylint: disable=wrong-import-position
+
 _DOCS_PER_FILE = 100_000
 
 
@@ -125,7 +127,7 @@ def main():
           f'--partition=size={size}', f'--batch_size={args.batch_size}',
           f'--direct_running_mode={mode}', f'--direct_num_workers={workers}'])
       with open(os.path.join(work, 'scores', f'size={size}',
-                             'manifest.json')) as handle:
+                             scored.MANIFEST_FILE)) as handle:
         counts = json.load(handle)['counts']
       assert counts['scored'] == size, counts
       results[size][mode] = {

@@ -2,6 +2,7 @@
 from typing import Callable, List
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 
@@ -18,6 +19,13 @@ def pipeline_options(pipeline_args: List[str]) -> PipelineOptions:
   if standard.runner is None:
     standard.runner = DEFAULT_RUNNER
   return options
+
+
+def configure_filesystems(pipeline_args: List[str]) -> None:
+  """Gives the launcher's own file access (listing the input, staging and
+  publishing the output) the file system options among the pipeline's, such
+  as --s3_endpoint_url: Beam sets them only once a pipeline is built."""
+  FileSystems.set_options(pipeline_options(pipeline_args))
 
 
 def run_pipeline(pipeline_args: List[str],

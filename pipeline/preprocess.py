@@ -4,7 +4,7 @@
         [any Beam pipeline option]
 
 Reads any format of ``pipeline.readers``, rejects bad records to
-``rejected/``, assigns each good one to train or eval, learns the vocabulary
+``_rejected/``, assigns each good one to train or eval, learns the vocabulary
 on train with tensorflow-transform, and writes both splits as gzip TFRecords
 of transformed features next to ``transform_fn/``, ``stats.json`` and the
 parameters the trainer and the scorer need.
@@ -51,6 +51,9 @@ def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   readers.add_reader_arguments(parser)
   parser.add_argument('--output_dir', required=True)
+  parser.add_argument('--overwrite', action='store_true',
+                      help='Replace output_dir even if this job did not '
+                      'write it.')
   parser.add_argument('--label_field', default='label')
   split = parser.add_mutually_exclusive_group()
   split.add_argument(
@@ -353,6 +356,18 @@ def write_sidecars(staging: str, stats: Dict, settings: Settings,
   })
 
 
+# Everything the output holds; anything else staged (TFT's temporary files,
+# a runner's leftovers) is not published, and no file of it may match the
+# input pattern.
+LAYOUT = outputs.Layout(
+    contents=(*(transformed.split_file_pattern(split) for split in raw.SPLITS),
+              tft.TFTransformOutput.TRANSFORM_FN_DIR + '/**',
+              tft.TFTransformOutput.TRANSFORMED_METADATA_DIR + '/**',
+              transformed.STATS_FILE, transformed.PARAMS_FILE,
+              rejected.FILE_PATTERN),
+    markers=(transformed.STATS_FILE, tft.TFTransformOutput.TRANSFORM_FN_DIR))
+
+
 def log_summary(stats: Dict, seconds: float, output_dir: str) -> None:
   totals, lengths = stats['records'], stats['token_length']
   logging.info(
@@ -369,8 +384,10 @@ def log_summary(stats: Dict, seconds: float, output_dir: str) -> None:
 def run(argv=None):
   args, pipeline_args = parse_args(argv)
   started = time.time()
+  jobs.configure_filesystems(pipeline_args)
   settings = settings_from_args(args)
-  with outputs.StagedOutput(args.output_dir, settings.pattern) as output:
+  with outputs.StagedOutput(args.output_dir, settings.pattern, layout=LAYOUT,
+                            overwrite=args.overwrite) as output:
     staging = output.staging_dir
     jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
         pipeline, settings, staging))
@@ -381,7 +398,6 @@ def run(argv=None):
           f'no record reached the train split ({tally.rejected} of '
           f'{tally.read} rejected: {tally.rejected_by_reason})')
     check_label_columns(tally.labels.get(raw.TRAIN, {}))
-    outputs.delete_tree(posixpath.join(staging, 'tmp'))
     stats = summarize(tally, staging, settings.params.max_len)
     write_sidecars(staging, stats, settings, args.input)
     output.publish()

@@ -250,7 +250,11 @@ def pop_tally(folder: str) -> Tally:
 
 
 class WriteDeadLetters(beam.PTransform):
-  """Writes dead letters as JSON lines in ``folder``."""
+  """Writes dead letters as JSON lines in ``folder``; none, no file.
+
+  Beam's S3 filesystem cannot write an empty file (a multipart upload of no
+  part), so an empty shard would fail the job there.
+  """
 
   def __init__(self, folder: str):
     super().__init__()
@@ -260,5 +264,5 @@ class WriteDeadLetters(beam.PTransform):
     return (dead_letters
             | 'RejectedToJson' >> beam.Map(json.dumps, ensure_ascii=False)
             | 'WriteRejected' >> beam.io.WriteToText(
-                posixpath.join(self._folder, 'rejected'),
-                file_name_suffix='.jsonl'))
+                posixpath.join(self._folder, rejected.FILE_PREFIX),
+                file_name_suffix=rejected.FILE_SUFFIX, skip_if_empty=True))

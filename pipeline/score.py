@@ -6,8 +6,8 @@
 
 Reads any format of ``pipeline.readers``, scores every document with the
 trainer's raw-text SavedModel through Beam's RunInference, and writes one
-Parquet row a document (``schemas.scored``), bad documents to ``rejected/``,
-and a ``manifest.json`` and ``_SUCCESS`` once the output is complete. With
+Parquet row a document (``schemas.scored``), bad documents to ``_rejected/``,
+and a ``_manifest.json`` and ``_SUCCESS`` once the output is complete. With
 ``--partition`` the output is ``output_dir/<partition>/``, replaced whole by a
 rerun, so the same command can run every night.
 """
@@ -27,6 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference import base as inference
 from apache_beam.metrics.metric import MetricsFilter
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline import cli
 from pipeline import jobs
@@ -58,6 +59,9 @@ def parse_args(argv):
   parser.add_argument('--partition', default=None,
                       help='Sub-folder of output_dir for this run, e.g. '
                       'dt=2026-11-21; a rerun replaces it whole.')
+  parser.add_argument('--overwrite', action='store_true',
+                      help='Replace the output folder even if this job did '
+                      'not write it, or it holds other partitions.')
   parser.add_argument('--keep_fields', default='',
                       help='Comma-separated input fields copied to each '
                       'output row with their types.')
@@ -68,14 +72,18 @@ def parse_args(argv):
 
 
 def check_partition(partition: str) -> str:
-  """The partition as a relative path; ValueError when it is not a safe one."""
+  """The partition as a relative path; ValueError when it is not a safe one:
+  empty (which would be the whole output), leaving the output, hidden from
+  readers, unprintable, or named like the files of a partition."""
   segments = partition.strip('/').split('/')
   for segment in segments:
-    if (not segment or segment in ('.', '..') or segment[0] in '._' or
-        re.search(r'[*?\[\]\\]', segment)):
+    if (segment in ('', '.', '..') or segment[0] in '._' or
+        segment.startswith(scored.FILE_PREFIX + '-') or
+        not segment.isprintable() or re.search(r'[\s*?\[\]\\]', segment)):
       raise ValueError(
           f'bad --partition {partition!r}: use folder names such as '
-          'dt=2026-11-21 (no wildcards, none starting with . or _)')
+          'dt=2026-11-21 (no spaces or wildcards, none starting with . or _ '
+          f'or {scored.FILE_PREFIX}-)')
   return '/'.join(segments)
 
 
@@ -195,7 +203,8 @@ class RejectFailedBatches(records.CountingDoFn):
 @dataclasses.dataclass(frozen=True)
 class Settings:
   """The job's checked flags and what they lead to."""
-  final_dir: str
+  output_dir: str
+  partition: str         # '' for none
   pattern: str
   read_config: readers.ReadConfig
   kept: pa.Schema        # the Arrow types of --keep_fields
@@ -217,9 +226,8 @@ def settings_from_args(args) -> Settings:
   try:
     if args.batch_size < 1:
       raise ValueError('--batch_size must be at least 1')
-    final_dir = args.output_dir.rstrip('/')
-    if args.partition:
-      final_dir = posixpath.join(final_dir, check_partition(args.partition))
+    partition = ('' if args.partition is None else
+                 check_partition(args.partition))
     pattern, fmt = readers.resolve_input(args.input, args.format)
     config = readers.read_config_from_args(
         args, format=fmt, label_field=None, keep_fields=keep_fields)
@@ -231,8 +239,8 @@ def settings_from_args(args) -> Settings:
     scored.arrow_schema(metadata['label_names'], kept)
   except (ValueError, export.ExportError) as error:  # ReaderError is one
     raise cli.JobError(str(error)) from error
-  return Settings(final_dir, pattern, config, kept, export_dir, metadata,
-                  args.batch_size, args.parquet_codec)
+  return Settings(args.output_dir, partition, pattern, config, kept,
+                  export_dir, metadata, args.batch_size, args.parquet_codec)
 
 
 def build_pipeline(pipeline, settings: Settings, staging: str):
@@ -291,9 +299,9 @@ def _utc_now() -> str:
 
 def manifest(args, settings: Settings, tally: records.Tally, result,
              staging: str, started_at: str) -> Dict:
-  """What a reader of the partition needs to trust it, in manifest.json."""
+  """What a reader of the partition needs to trust it, in _manifest.json."""
   files = sorted(posixpath.relpath(m.path, staging) for m in FileSystems.match(
-      [posixpath.join(staging, '*' + scored.FILE_SUFFIX)])[0].metadata_list)
+      [posixpath.join(staging, scored.FILE_PATTERN)])[0].metadata_list)
   return {
       'input': args.input,
       'model_dir': settings.export_dir,
@@ -313,6 +321,28 @@ def manifest(args, settings: Settings, tally: records.Tally, result,
   }
 
 
+def check_row_count(staging: str, files: Sequence[str], scored_count: int):
+  """Fails unless the Parquet files to publish hold as many rows as the
+  pipeline scored: a file a runner lost or left behind would otherwise be
+  published as data. Reads only the files' footers."""
+  rows = 0
+  for name in files:
+    with FileSystems.open(posixpath.join(staging, name)) as handle:
+      rows += pq.read_metadata(handle).num_rows
+  if rows != scored_count:
+    raise cli.JobError(
+        f'the Parquet files to publish hold {rows} rows but the pipeline '
+        f'counted {scored_count} scored')
+
+
+# Everything a partition holds; anything else staged is not published, and
+# no file of it may match the input pattern.
+LAYOUT = outputs.Layout(
+    contents=(scored.FILE_PATTERN, rejected.FILE_PATTERN,
+              scored.MANIFEST_FILE, outputs.SUCCESS_MARKER),
+    markers=(outputs.SUCCESS_MARKER, scored.MANIFEST_FILE))
+
+
 def log_summary(written: Dict, seconds: float, final_dir: str) -> None:
   counts = written['counts']
   logging.info(
@@ -327,19 +357,22 @@ def log_summary(written: Dict, seconds: float, final_dir: str) -> None:
 def run(argv=None):
   args, pipeline_args = parse_args(argv)
   started, started_at = time.time(), _utc_now()
+  jobs.configure_filesystems(pipeline_args)
   settings = settings_from_args(args)
-  with outputs.StagedOutput(settings.final_dir, settings.pattern) as output:
+  with outputs.StagedOutput(
+      settings.output_dir, settings.pattern, partition=settings.partition,
+      layout=LAYOUT, overwrite=args.overwrite) as output:
     staging = output.staging_dir
     result = jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
         pipeline, settings, staging))
     tally = records.pop_tally(staging)
     tally.reconcile()
     written = manifest(args, settings, tally, result, staging, started_at)
+    check_row_count(staging, written['files'], tally.total_written)
     outputs.write_json(posixpath.join(staging, scored.MANIFEST_FILE), written)
-    FileSystems.create(
-        posixpath.join(staging, outputs.SUCCESS_MARKER)).close()
+    outputs.mark_finished(staging)
     output.publish()
-  log_summary(written, time.time() - started, settings.final_dir)
+  log_summary(written, time.time() - started, output.final_dir)
   tally.check_complete(settings.read_config.allow_corrupt_files)
   return written
 

@@ -1,4 +1,4 @@
-"""Dead letters: one JSON object a line under ``rejected/``, in every job."""
+"""Dead letters: one JSON object a line under ``_rejected/``, in every job."""
 from schemas import raw
 
 ID = raw.ID
@@ -6,8 +6,13 @@ SOURCE = raw.SOURCE
 REASON = raw.REASON
 SNIPPET = raw.SNIPPET
 FIELDS = (ID, SOURCE, REASON, SNIPPET)
-# The folder of dead letters inside every job's output.
-DIR = 'rejected'
+# The folder of dead letters inside every job's output: named with a leading
+# ``_`` so that dataset readers (pyarrow, pandas, Spark, Hive) skip it.
+DIR = '_rejected'
+# Its files: rejected-SSSSS-of-NNNNN.jsonl.
+FILE_PREFIX = 'rejected'
+FILE_SUFFIX = '.jsonl'
+FILE_PATTERN = f'{DIR}/{FILE_PREFIX}-*{FILE_SUFFIX}'
 
 SNIPPET_CHARS = 500  # enough of a raw record to recognise it, never the whole
 

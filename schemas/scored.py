@@ -20,9 +20,14 @@ MODEL_VERSION = 'model_version'
 SCORED_AT = 'scored_at'
 PROBABILITY_PREFIX = 'probability_'
 
-MANIFEST_FILE = 'manifest.json'
+# Beside the data, every name starts with ``_`` (the manifest, the
+# ``_SUCCESS`` marker, the dead letters' folder) so that dataset readers
+# (pyarrow, pandas, Spark, Hive) skip it and see only Parquet rows.
+MANIFEST_FILE = '_manifest.json'
+# The data files: part-SSSSS-of-NNNNN.parquet.
 FILE_SUFFIX = '.parquet'
 FILE_PREFIX = 'part'
+FILE_PATTERN = f'{FILE_PREFIX}-*{FILE_SUFFIX}'
 
 
 def probability_column(label_name: str) -> str:

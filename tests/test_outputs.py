@@ -1,31 +1,206 @@
-"""Staged outputs: publishing replaces a folder whole, even without the swap."""
+"""StagedOutput: where it stages, what it publishes, what it refuses."""
 import os
+import posixpath
+import time
 
+from apache_beam.io.filesystems import FileSystems
 import pytest
 
 from pipeline import outputs
+from tests import s3
+
+LAYOUT = outputs.Layout(
+    contents=('part-*.parquet', '_manifest.json', '_SUCCESS',
+              '_rejected/rejected-*.jsonl'),
+    markers=('_SUCCESS', '_manifest.json'))
+PART = 'part-00000-of-00001.parquet'
 
 
-def tree(folder):
-  """Every file under ``folder`` with its content, by relative path."""
-  found = {}
-  for root, _, files in os.walk(folder):
-    for name in files:
-      path = os.path.join(root, name)
-      with open(path, encoding='utf-8') as handle:
-        found[os.path.relpath(path, folder)] = handle.read()
-  return found
+def write(folder, relative, content=b'x'):
+  with FileSystems.create(posixpath.join(folder, relative)) as handle:
+    handle.write(content)
 
 
-def publish(final_dir, files):
-  """Stages ``files`` for ``final_dir`` and publishes them."""
-  with outputs.StagedOutput(str(final_dir)) as output:
-    for name, content in files.items():
-      path = os.path.join(output.staging_dir, name)
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      with open(path, 'w', encoding='utf-8') as handle:
-        handle.write(content)
+def listing(folder):
+  """Every file under ``folder``, hidden ones too, relative to it."""
+  folder = str(folder).rstrip('/')
+  return sorted(m.path[len(folder) + 1:] for m in FileSystems.match(
+      [folder + '/**'])[0].metadata_list)
+
+
+def publish(root, files, **kwargs):
+  """One run that stages ``files`` and publishes them."""
+  with outputs.StagedOutput(str(root), layout=LAYOUT, **kwargs) as output:
+    for relative in files:
+      write(output.staging_dir, relative)
     output.publish()
+  return output
+
+
+def test_staging_is_a_hidden_sibling_of_the_output_root(tmp_path):
+  root = tmp_path / 'scores'
+  with outputs.StagedOutput(str(root), partition='dt=5/hour=01',
+                            layout=LAYOUT) as output:
+    assert posixpath.dirname(output.staging_dir) == str(
+        tmp_path / '.scores.staging') == outputs.staging_root(str(root))
+    write(output.staging_dir, PART)
+    write(output.staging_dir, '_SUCCESS')
+    assert listing(root) == []
+    output.publish()
+  assert os.listdir(tmp_path) == ['scores']
+  assert listing(root) == ['dt=5/hour=01/_SUCCESS', f'dt=5/hour=01/{PART}']
+
+
+def test_only_what_the_job_wrote_as_output_is_published(tmp_path):
+  root = tmp_path / 'scores'
+  publish(root, [PART, '_SUCCESS', '_rejected/rejected-00000-of-00001.jsonl',
+                 'beam-temp-part-0a1b/part.parquet', 'stray.txt',
+                 '_rejected/beam-temp-rejected-2c3d/x.jsonl'])
+  assert listing(root) == ['_SUCCESS',
+                           '_rejected/rejected-00000-of-00001.jsonl', PART]
+  assert sorted(os.listdir(root)) == ['_SUCCESS', '_rejected', PART]
+  assert os.listdir(root / '_rejected') == ['rejected-00000-of-00001.jsonl']
+
+
+def test_a_symlinked_output_root_is_published_into_its_target(tmp_path):
+  real, link = tmp_path / 'real', tmp_path / 'link'
+  real.mkdir()
+  link.symlink_to(real)
+  for run in (1, 2):
+    publish(link, [f'part-0000{run}-of-00001.parquet', '_SUCCESS'])
+  assert link.is_symlink() and os.readlink(link) == str(real)
+  assert sorted(os.listdir(real)) == ['_SUCCESS',
+                                      'part-00002-of-00001.parquet']
+  assert sorted(os.listdir(tmp_path)) == ['link', 'real']
+
+
+def test_an_output_the_input_pattern_would_read_is_refused(tmp_path,
+                                                           monkeypatch):
+  data = tmp_path / 'data'
+  data.mkdir()
+  (tmp_path / 'alias').symlink_to(data)
+  monkeypatch.chdir(tmp_path)
+  root = str(data / 'scores')
+  for pattern in (f'{data}/**/*.jsonl', f'{data}/**', 'data/**/*.jsonl',
+                  f'{tmp_path}/alias/**/*.parquet', f'{data}/scores/*/*'):
+    with pytest.raises(outputs.OutputError, match='inside the input'):
+      with outputs.StagedOutput(root, pattern, partition='dt=1',
+                                layout=LAYOUT):
+        pass
+  assert os.listdir(data) == []
+  for pattern in (f'{data}/*.jsonl', f'{data}/*/*.parquet',
+                  f'{data}/scores/dt=2/*.parquet'):
+    with outputs.StagedOutput(root, pattern, partition='dt=1', layout=LAYOUT):
+      pass
+
+
+def test_an_existing_folder_is_replaced_only_if_this_job_published_it(
+    tmp_path):
+  root = tmp_path / 'scores'
+  foreign = root / 'dt=5' / 'notes.txt'
+  foreign.parent.mkdir(parents=True)
+  foreign.write_text('not ours')
+  with pytest.raises(outputs.OutputError, match='--overwrite'):
+    publish(root, [PART, '_SUCCESS'], partition='dt=5')
+  assert listing(root) == ['dt=5/notes.txt']
+  publish(root, [PART, '_SUCCESS'], partition='dt=5', overwrite=True)
+  assert listing(root) == ['dt=5/_SUCCESS', f'dt=5/{PART}']
+
+  # A folder that holds other partitions is not replaced either.
+  for hour in ('01', '02'):
+    publish(root, [PART, '_SUCCESS'], partition=f'dt=6/hour={hour}')
+  with pytest.raises(outputs.OutputError, match='--overwrite'):
+    publish(root, [PART, '_SUCCESS'], partition='dt=6')
+  publish(root, [PART], partition='dt=6/hour=01')
+  assert [p for p in listing(root) if p.startswith('dt=6')] == [
+      f'dt=6/hour=01/{PART}', 'dt=6/hour=02/_SUCCESS', f'dt=6/hour=02/{PART}']
+  # Nor is the root of partitions, once it holds some.
+  with pytest.raises(outputs.OutputError, match='--overwrite'):
+    publish(root, [PART, '_SUCCESS'])
+  # An empty folder holds nothing to lose.
+  (tmp_path / 'empty').mkdir()
+  publish(tmp_path / 'empty', [PART])
+  assert listing(tmp_path / 'empty') == [PART]
+
+
+def test_an_output_root_that_is_a_mount_point_is_refused(tmp_path,
+                                                          monkeypatch):
+  root = tmp_path / 'scores'
+  root.mkdir()
+  monkeypatch.setattr(outputs, '_device',
+                      lambda path: os.path.realpath(path) == str(root))
+  with pytest.raises(outputs.OutputError, match='mount point'):
+    publish(root, [PART], partition='dt=1')
+  assert os.listdir(tmp_path) == ['scores']
+
+
+def leave_behind(root, partition):
+  """A run killed with SIGKILL: entered, never left."""
+  output = outputs.StagedOutput(str(root), partition=partition, layout=LAYOUT)
+  output.__enter__()
+  write(output.staging_dir, PART)
+  return output.staging_dir
+
+
+def backdate(folder, seconds):
+  then = time.time() - seconds
+  for path in [folder] + [os.path.join(folder, f) for f in os.listdir(folder)]:
+    os.utime(path, (then, then))
+
+
+def test_a_killed_runs_staging_folder_is_swept_after_a_day(tmp_path):
+  root = tmp_path / 'scores'
+  stale = leave_behind(root, 'dt=1')
+  backdate(stale, outputs.STALE_SECONDS + 60)
+  recent = leave_behind(root, 'dt=1')
+  backdate(recent, outputs.STALE_SECONDS - 600)
+  other = leave_behind(root, 'dt=10')
+  backdate(other, outputs.STALE_SECONDS + 60)
+  publish(root, [PART], partition='dt=1')
+  assert sorted(os.listdir(outputs.staging_root(str(root)))) == sorted(
+      os.path.basename(f) for f in (recent, other))
+
+
+def test_publish_and_rerun_on_an_object_store(monkeypatch):
+  with s3.s3_server():
+    root = f's3://{s3.BUCKET}/scores'
+    first = ['part-00000-of-00002.parquet', 'part-00001-of-00002.parquet',
+             '_SUCCESS', '_manifest.json', 'beam-temp-part-1/x.parquet']
+    publish(root, first, partition='dt=1')
+    publish(root, [PART], partition='dt=2')
+    assert listing(root) == ['dt=1/_SUCCESS', 'dt=1/_manifest.json',
+                             'dt=1/part-00000-of-00002.parquet',
+                             'dt=1/part-00001-of-00002.parquet', f'dt=2/{PART}']
+
+    calls = []
+    for name in ('delete', 'rename'):
+      original = getattr(FileSystems, name)
+      monkeypatch.setattr(FileSystems, name, lambda paths, *rest, _name=name,
+                          _original=original: calls.append(
+                              (_name, paths)) or _original(paths, *rest))
+    publish(root, [PART, '_SUCCESS', '_manifest.json'], partition='dt=1')
+    assert listing(root) == ['dt=1/_SUCCESS', 'dt=1/_manifest.json',
+                             f'dt=1/{PART}', f'dt=2/{PART}']
+    # Readers that wait for _SUCCESS never see a partition being replaced:
+    # the old marker goes before any file, the new one after every file.
+    first_delete = [c for c in calls if c[0] == 'delete' and
+                    c[1][0].startswith(f'{root}/dt=1/')][0]
+    renames = [c for c in calls if c[0] == 'rename']
+    assert first_delete == ('delete', [f'{root}/dt=1/_SUCCESS'])
+    assert calls.index(first_delete) < calls.index(renames[0])
+    assert [posixpath.basename(p) for p in renames[-1][1]] == ['_SUCCESS']
+    monkeypatch.undo()
+
+    with pytest.raises(RuntimeError):
+      with outputs.StagedOutput(root, partition='dt=1', layout=LAYOUT) as out:
+        write(out.staging_dir, 'part-00000-of-00003.parquet')
+        raise RuntimeError('the pipeline failed')
+    assert listing(f's3://{s3.BUCKET}') == [
+        'scores/dt=1/_SUCCESS', 'scores/dt=1/_manifest.json',
+        f'scores/dt=1/{PART}', f'scores/dt=2/{PART}']
+    write(f's3://{s3.BUCKET}/other', 'notes.txt')
+    with pytest.raises(outputs.OutputError, match='--overwrite'):
+      publish(f's3://{s3.BUCKET}/other', [PART])
 
 
 @pytest.fixture
@@ -41,39 +216,55 @@ def no_exchange(monkeypatch):
   return calls
 
 
+def tree(folder):
+  """Every file under ``folder`` with its content, by relative path."""
+  found = {}
+  for root, _, files in os.walk(folder):
+    for name in files:
+      path = os.path.join(root, name)
+      with open(path, 'rb') as handle:
+        found[os.path.relpath(path, folder)] = handle.read()
+  return found
+
+
+def publish_contents(root, files):
+  """One run of partition dt=1 that stages ``files`` (name: bytes)."""
+  with outputs.StagedOutput(str(root), partition='dt=1',
+                            layout=LAYOUT) as output:
+    for relative, content in files.items():
+      write(output.staging_dir, relative, content)
+    output.publish()
+
+
 @pytest.mark.usefixtures('no_exchange')
 def test_first_publish_without_the_swap_moves_the_staging_into_place(
     tmp_path):
-  final = tmp_path / 'scores' / 'dt=1'
-  new = {'part-0.parquet': 'new rows', 'rejected/rejected-0.jsonl': '{}'}
-  publish(final, new)
-  assert tree(final) == new
-  assert os.listdir(tmp_path / 'scores') == ['dt=1']
+  new = {PART: b'new rows', '_rejected/rejected-0.jsonl': b'{}',
+         '_SUCCESS': b'\n'}
+  publish_contents(tmp_path / 'scores', new)
+  assert tree(tmp_path / 'scores' / 'dt=1') == new
+  assert os.listdir(tmp_path) == ['scores']
 
 
 def test_publish_without_the_swap_replaces_the_output_whole(tmp_path,
                                                             no_exchange):
-  final = tmp_path / 'scores' / 'dt=1'
-  publish(final, {'part-0.parquet': 'old rows', 'part-1.parquet': 'old rows',
-                  'rejected/rejected-0.jsonl': 'old',
-                  outputs.SUCCESS_MARKER: ''})
-  new = {'part-0.parquet': 'new rows', outputs.SUCCESS_MARKER: ''}
-  publish(final, new)
+  publish_contents(tmp_path / 'scores', {
+      PART: b'old rows', 'part-00001-of-00002.parquet': b'old rows',
+      '_rejected/rejected-0.jsonl': b'old', '_SUCCESS': b'\n'})
+  new = {PART: b'new rows', '_SUCCESS': b'\n'}
+  publish_contents(tmp_path / 'scores', new)
   assert len(no_exchange) == 1
   # The old output's files are gone, not merged with the new ones.
-  assert tree(final) == new
-  # The staging root is removed once empty: neither the staging folder nor
-  # the old output moved aside for the renames is left in it.
-  assert os.listdir(tmp_path / 'scores') == ['dt=1']
+  assert tree(tmp_path / 'scores' / 'dt=1') == new
+  # Neither the staging folder nor the old output moved aside for the
+  # renames is left.
+  assert os.listdir(tmp_path) == ['scores']
 
 
 def test_leaving_without_publishing_removes_the_staging(tmp_path):
-  final = tmp_path / 'scores' / 'dt=1'
   with pytest.raises(RuntimeError):
-    with outputs.StagedOutput(str(final)) as output:
-      (tmp_path / 'scores').joinpath(
-          os.path.relpath(output.staging_dir, tmp_path / 'scores'),
-          'part-0.parquet').write_text('half')
+    with outputs.StagedOutput(str(tmp_path / 'scores'), partition='dt=1',
+                              layout=LAYOUT) as output:
+      write(output.staging_dir, PART, b'half')
       raise RuntimeError('the pipeline failed')
-  assert not final.exists()
-  assert os.listdir(tmp_path / 'scores') == []
+  assert os.listdir(tmp_path) == []

@@ -167,7 +167,7 @@ def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
                                  'keep_punctuation': True}
   assert params['read_config']['format'] == 'jsonl'
   assert params['read_config']['split_field'] == 'split'
-  assert not (output.parent / outputs.STAGING_DIR).exists()
+  assert not os.path.exists(outputs.staging_root(str(output)))
 
 
 def test_hash_split_is_stable_and_keeps_duplicates_together():
@@ -211,15 +211,14 @@ def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
           for i in range(60)]
   write_jsonl(tmp_path / 'in.jsonl', rows)
   output = tmp_path / 'out'
-  output.mkdir()
-  (output / 'train-99999-of-99999.tfrecord.gz').write_text('stale')
   args = [f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
           '--eval_fraction=0.3']
   first = preprocess.run(args)
-  assert not (output / 'train-99999-of-99999.tfrecord.gz').exists()
   first_eval = {e[transformed.ID] for e in read_examples(str(output), 'eval')}
+  (output / 'train-99999-of-99999.tfrecord.gz').write_text('stale')
   second = preprocess.run(args + ['--direct_running_mode=multi_processing',
                                   '--direct_num_workers=2'])
+  assert not (output / 'train-99999-of-99999.tfrecord.gz').exists()
   assert first == second
   assert first_eval == {e[transformed.ID]
                         for e in read_examples(str(output), 'eval')}
@@ -248,7 +247,24 @@ def test_job_level_faults_exit_non_zero_with_one_line(tmp_path, make_args,
   last = result.stderr.strip().splitlines()[-1]
   assert message in last
   assert (tmp_path / 'out' / 'previous').read_text() == 'kept'
-  assert not (tmp_path / outputs.STAGING_DIR).exists()
+  assert not os.path.exists(outputs.staging_root(str(tmp_path / 'out')))
+
+
+def test_an_output_it_did_not_write_or_would_read_is_refused(tmp_path):
+  (tmp_path / 'data').mkdir()
+  write_jsonl(tmp_path / 'data' / 'in.jsonl', [{'text': 'x', 'label': 'a'}])
+  (tmp_path / 'out').mkdir()
+  (tmp_path / 'out' / 'notes.txt').write_text('kept')
+  with pytest.raises(cli.JobError, match='not an output of this job.*'
+                     '--overwrite'):
+    preprocess.run([f'--input={tmp_path}/data/in.jsonl',
+                    f'--output_dir={tmp_path}/out'])
+  # Its dead letters (*.jsonl) would be read back by every rerun.
+  with pytest.raises(cli.JobError, match='is inside the input'):
+    preprocess.run([f'--input={tmp_path}/**/*.jsonl',
+                    f'--output_dir={tmp_path}/preprocessed'])
+  assert (tmp_path / 'out' / 'notes.txt').read_text() == 'kept'
+  assert sorted(os.listdir(tmp_path)) == ['data', 'out']
 
 
 def test_no_train_records_is_a_job_error(tmp_path):

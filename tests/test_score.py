@@ -2,18 +2,23 @@
 import functools
 import json
 import os
+import pathlib
+import re
 import signal
 import subprocess
 import sys
 import time
 
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import RunInference
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 import apache_beam as beam
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
@@ -21,10 +26,12 @@ from pipeline import cli
 from pipeline import kept_fields
 from pipeline import outputs
 from pipeline import readers
+from pipeline import records
 from pipeline import score
 from schemas import raw
 from schemas import rejected
 from schemas import scored
+from tests import s3
 from tests.conftest import REPO
 from tests.conftest import beam_pipeline
 from tests.conftest import dead_letters
@@ -148,7 +155,7 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
   assert manifest['input'] == str(corpus)
   assert manifest['started_at'] <= manifest['finished_at']
   assert manifest['inference']['batches'] >= 150 // 32
-  assert not (output_dir / outputs.STAGING_DIR).exists()
+  assert not os.path.exists(outputs.staging_root(str(output_dir)))
   # The README's query.
   by_label = duckdb.sql(f"""
       SELECT dt, label, count(*) AS documents
@@ -156,6 +163,21 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
       GROUP BY ALL ORDER BY label""").fetchall()
   assert sum(n for _, _, n in by_label) == manifest['counts']['scored']
   assert {str(dt) for dt, _, _ in by_label} == {'2026-11-21'}
+
+
+def test_dataset_readers_see_only_the_scored_rows(scored_run):
+  rows, _, output_dir, _ = scored_run
+  partition = output_dir / 'dt=2026-11-21'
+  ids = sorted(r['id'] for r in rows)
+  # The sidecars (_manifest.json, _SUCCESS, _rejected/) are skipped by name,
+  # with no reader option.
+  for folder in (output_dir, partition):
+    assert sorted(pd.read_parquet(folder)[scored.ID]) == ids
+  table = ds.dataset(output_dir, partitioning='hive').to_table()
+  assert sorted(table.column(scored.ID).to_pylist()) == ids
+  assert sorted(r[0] for r in duckdb.sql(
+      f"SELECT id FROM read_parquet('{output_dir}/*/*.parquet')").fetchall()
+               ) == ids
 
 
 def test_rerun_replaces_the_partition_whole(trained, tmp_path):
@@ -204,7 +226,7 @@ def test_killed_run_leaves_the_previous_partition_untouched(trained,
           large, model_dir, output_dir, '--partition=dt=1')],
       cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
       start_new_session=True)
-  staging_root = output_dir / outputs.STAGING_DIR
+  staging_root = pathlib.Path(outputs.staging_root(str(output_dir)))
   deadline = time.monotonic() + 300
   while not pipeline_is_writing(staging_root):
     assert process.poll() is None, 'the run ended before it wrote anything'
@@ -314,6 +336,8 @@ def test_job_level_faults(trained, tmp_path):
   corpus = tmp_path / 'corpus.jsonl'
   write_jsonl(corpus, corpus_rows(10, 9))
   (tmp_path / 'notes.txt').write_text('plain text\n')
+  (tmp_path / 'in').mkdir()
+  write_corpus(tmp_path / 'in' / 'corpus.jsonl', corpus_rows(10, 9))
   blocker = tmp_path / 'a-file'
   blocker.write_text('')
   output_dir = tmp_path / 'scores'
@@ -329,6 +353,9 @@ def test_job_level_faults(trained, tmp_path):
                                        output_dir, '--keep_fields=x'),
       'has the name of an output column': score_args(
           corpus, model_dir, output_dir, '--keep_fields=id'),
+      # Its dead letters would be read back by every rerun.
+      'is inside the input': score_args(tmp_path / '**' / '*.jsonl',
+                                        model_dir, output_dir),
   }
   for message, args in faults.items():
     with pytest.raises(cli.JobError, match=message):
@@ -344,7 +371,10 @@ def test_partition_names_are_checked():
   assert score.check_partition('dt=2026-11-21/') == 'dt=2026-11-21'
   assert score.check_partition('dt=2026-11-21/hour=03') == (
       'dt=2026-11-21/hour=03')
-  for bad in ('', '..', 'dt=1/../x', '.hidden', '_tmp', 'dt=*', 'a//b'):
+  for bad in ('', '..', 'dt=1/../x', '.hidden', '_tmp', 'dt=*', 'a//b', ' ',
+              '\n', 'dt=1 ', 'dt=1\n', 'dt= 1', 'dt=1/\thour=2', '_rejected',
+              '_manifest.json', '_SUCCESS', 'part-00000-of-00001.parquet',
+              'dt=1/part-0'):
     with pytest.raises(ValueError):
       score.check_partition(bad)
 
@@ -367,3 +397,164 @@ def test_kept_field_types_come_from_the_input(tmp_path):
   with pytest.raises(readers.ReaderError, match='no field'):
     kept_fields.schema(str(parquet), readers.ReadConfig(
         format='parquet', keep_fields=('missing',)))
+
+
+def add_to_staging(monkeypatch, files):
+  """Makes the job find ``files`` (name -> Arrow table) in its staging folder
+  once its pipeline has run, as a runner's leftovers would be."""
+  pop_tally = records.pop_tally
+
+  def add_then_pop(staging):
+    for name, table in files.items():
+      os.makedirs(os.path.dirname(os.path.join(staging, name)), exist_ok=True)
+      pq.write_table(table, os.path.join(staging, name))
+    return pop_tally(staging)
+  monkeypatch.setattr(records, 'pop_tally', add_then_pop)
+
+
+def test_publishing_drops_leftovers_and_checks_the_row_count(
+    trained, tmp_path, monkeypatch):
+  model_dir, _, _ = trained
+  corpus = tmp_path / 'corpus.jsonl'
+  write_corpus(corpus, corpus_rows(40, 10))
+  output_dir = tmp_path / 'scores'
+  three_rows = pa.table({scored.ID: ['a', 'b', 'c']})
+  add_to_staging(monkeypatch, {'beam-temp-part-0a1b/part.parquet': three_rows})
+  score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=1'))
+  partition = output_dir / 'dt=1'
+  assert sorted(os.listdir(partition)) == sorted(
+      [outputs.SUCCESS_MARKER, scored.MANIFEST_FILE, *read_partition(
+          partition)[1]])
+  assert len(pd.read_parquet(partition)) == 40
+  before = sorted(os.listdir(partition))
+
+  add_to_staging(monkeypatch, {'part-99999-of-99999.parquet': three_rows})
+  with pytest.raises(cli.JobError, match='43 rows.*40 scored'):
+    score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=1'))
+  assert sorted(os.listdir(partition)) == before
+  assert len(pd.read_parquet(partition)) == 40
+  assert sorted(os.listdir(tmp_path)) == ['corpus.jsonl', 'scores']
+
+
+def test_a_partition_flag_never_replaces_what_it_should_not(trained,
+                                                            tmp_path):
+  model_dir, _, _ = trained
+  corpus = tmp_path / 'corpus.jsonl'
+  write_corpus(corpus, corpus_rows(20, 11))
+  output_dir = tmp_path / 'scores'
+  for partition in ('dt=4', 'dt=5/hour=01', 'dt=5/hour=02'):
+    score.run(score_args(corpus, model_dir, output_dir,
+                         f'--partition={partition}'))
+  (output_dir / 'dt=6').mkdir()
+  (output_dir / 'dt=6' / 'notes.txt').write_text('not ours')
+
+  def tree():
+    return sorted(os.path.relpath(os.path.join(folder, name), output_dir)
+                  for folder, _, names in os.walk(output_dir)
+                  for name in names)
+  before = tree()
+  for partition, message in (('', 'bad --partition'),
+                             (' ', 'bad --partition'),
+                             ('\n', 'bad --partition'),
+                             ('dt=5', 'holds other outputs.*--overwrite'),
+                             ('dt=6', 'not an output of this job.*'
+                              '--overwrite')):
+    with pytest.raises(cli.JobError, match=message):
+      score.run(score_args(corpus, model_dir, output_dir,
+                           f'--partition={partition}'))
+  # Nor does no --partition replace the partitions.
+  with pytest.raises(cli.JobError, match='--overwrite'):
+    score.run(score_args(corpus, model_dir, output_dir))
+  assert tree() == before
+  score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=5',
+                       '--overwrite'))
+  assert not (output_dir / 'dt=5' / 'hour=01').exists()
+  assert len(pd.read_parquet(output_dir / 'dt=5')) == 20
+
+
+def start_scoring(args):
+  return subprocess.Popen([sys.executable, '-m', 'pipeline.score', *args],
+                          cwd=REPO, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, process, seconds=180):
+  """Polls ``condition`` until it holds, while ``process`` runs."""
+  deadline = time.time() + seconds
+  while not condition():
+    assert process.poll() is None, process.stderr.read()
+    assert time.time() < deadline, 'timed out'
+    time.sleep(0.05)
+
+
+def test_sigterm_removes_the_staging_folder(trained, tmp_path):
+  model_dir, _, _ = trained
+  corpus = tmp_path / 'corpus.jsonl'
+  write_corpus(corpus, corpus_rows(60000, 12))
+  output_dir = tmp_path / 'scores'
+  staging_root = outputs.staging_root(str(output_dir))
+  process = start_scoring(score_args(corpus, model_dir, output_dir,
+                                     '--partition=dt=1'))
+  wait_for(lambda: os.path.isdir(staging_root) and os.listdir(staging_root),
+           process)
+  process.send_signal(signal.SIGTERM)
+  assert process.wait(timeout=120) == cli.EXIT_TERMINATED
+  assert not os.path.exists(staging_root)
+  assert not output_dir.exists()
+
+
+def test_readers_of_the_output_folder_never_see_a_run_in_progress(trained,
+                                                                   tmp_path):
+  model_dir, _, _ = trained
+  corpus = tmp_path / 'corpus.jsonl'
+  write_corpus(corpus, corpus_rows(3000, 13), BAD_LINES)
+  output_dir = tmp_path / 'scores'
+  score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=1'))
+  published = re.compile(r'dt=1/(part-\d{5}-of-\d{5}\.parquet|_SUCCESS|'
+                         r'_manifest\.json|_rejected/rejected-\d{5}-of-'
+                         r'\d{5}\.jsonl)')
+  staging_root = outputs.staging_root(str(output_dir))
+  seen, staged = set(), []
+
+  def look():
+    """One recursive glob of the output folder, as a reader polls it."""
+    seen.update(os.path.relpath(m.path, output_dir) for m in
+                FileSystems.match([f'{output_dir}/**'])[0].metadata_list)
+    staged.append(os.path.isdir(staging_root) and len(os.listdir(
+        staging_root)))
+    return process.poll() is not None
+  process = start_scoring(score_args(corpus, model_dir, output_dir,
+                                     '--partition=dt=1'))
+  deadline = time.time() + 300
+  while not look():
+    assert time.time() < deadline, 'timed out'
+    time.sleep(0.05)
+  assert process.returncode == 0, process.stderr.read()
+  assert any(staged), 'the run was never seen staging'
+  assert [p for p in seen if not published.fullmatch(p)] == []
+  assert all(published.fullmatch(os.path.relpath(m.path, output_dir))
+             for m in FileSystems.match([f'{output_dir}/**'])[0].metadata_list)
+
+
+def test_scoring_into_an_object_store(trained, tmp_path):
+  model_dir, _, _ = trained
+  with s3.s3_server() as s3_options:
+    output_dir = f's3://{s3.BUCKET}/scores'
+    partition = f'{output_dir}/dt=1'
+    for count in (50, 30):
+      corpus = tmp_path / f'corpus-{count}.jsonl'
+      write_corpus(corpus, corpus_rows(count, 14))
+      manifest = score.run(score_args(corpus, model_dir, output_dir,
+                                      '--partition=dt=1', *s3_options))
+      names = sorted(m.path[len(partition) + 1:] for m in FileSystems.match(
+          [f'{partition}/**'])[0].metadata_list)
+      assert names == sorted([outputs.SUCCESS_MARKER, scored.MANIFEST_FILE,
+                              *manifest['files']])
+      rows = 0
+      for name in manifest['files']:
+        with FileSystems.open(f'{partition}/{name}') as handle:
+          rows += pq.read_metadata(handle).num_rows
+      assert rows == manifest['counts']['scored'] == count
+    assert [m.path for m in FileSystems.match(
+        [f's3://{s3.BUCKET}/**'])[0].metadata_list if
+            not m.path.startswith(partition + '/')] == []
