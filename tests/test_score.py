@@ -337,7 +337,7 @@ def test_job_level_faults(trained, tmp_path):
   write_jsonl(corpus, corpus_rows(10, 9))
   (tmp_path / 'notes.txt').write_text('plain text\n')
   (tmp_path / 'in').mkdir()
-  write_corpus(tmp_path / 'in' / 'corpus.jsonl', corpus_rows(10, 9))
+  write_jsonl(tmp_path / 'in' / 'corpus.jsonl', corpus_rows(10, 9))
   blocker = tmp_path / 'a-file'
   blocker.write_text('')
   output_dir = tmp_path / 'scores'
@@ -416,7 +416,7 @@ def test_publishing_drops_leftovers_and_checks_the_row_count(
     trained, tmp_path, monkeypatch):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
-  write_corpus(corpus, corpus_rows(40, 10))
+  write_jsonl(corpus, corpus_rows(40, 10))
   output_dir = tmp_path / 'scores'
   three_rows = pa.table({scored.ID: ['a', 'b', 'c']})
   add_to_staging(monkeypatch, {'beam-temp-part-0a1b/part.parquet': three_rows})
@@ -440,7 +440,7 @@ def test_a_partition_flag_never_replaces_what_it_should_not(trained,
                                                             tmp_path):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
-  write_corpus(corpus, corpus_rows(20, 11))
+  write_jsonl(corpus, corpus_rows(20, 11))
   output_dir = tmp_path / 'scores'
   for partition in ('dt=4', 'dt=5/hour=01', 'dt=5/hour=02'):
     score.run(score_args(corpus, model_dir, output_dir,
@@ -490,7 +490,7 @@ def wait_for(condition, process, seconds=180):
 def test_sigterm_removes_the_staging_folder(trained, tmp_path):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
-  write_corpus(corpus, corpus_rows(60000, 12))
+  write_jsonl(corpus, corpus_rows(60000, 12))
   output_dir = tmp_path / 'scores'
   staging_root = outputs.staging_root(str(output_dir))
   process = start_scoring(score_args(corpus, model_dir, output_dir,
@@ -507,7 +507,7 @@ def test_readers_of_the_output_folder_never_see_a_run_in_progress(trained,
                                                                    tmp_path):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
-  write_corpus(corpus, corpus_rows(3000, 13), BAD_LINES)
+  write_jsonl(corpus, corpus_rows(3000, 13), BAD_LINES)
   output_dir = tmp_path / 'scores'
   score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=1'))
   published = re.compile(r'dt=1/(part-\d{5}-of-\d{5}\.parquet|_SUCCESS|'
@@ -543,7 +543,7 @@ def test_scoring_into_an_object_store(trained, tmp_path):
     partition = f'{output_dir}/dt=1'
     for count in (50, 30):
       corpus = tmp_path / f'corpus-{count}.jsonl'
-      write_corpus(corpus, corpus_rows(count, 14))
+      write_jsonl(corpus, corpus_rows(count, 14))
       manifest = score.run(score_args(corpus, model_dir, output_dir,
                                       '--partition=dt=1', *s3_options))
       names = sorted(m.path[len(partition) + 1:] for m in FileSystems.match(
