@@ -286,7 +286,9 @@ def test_labels_clashing_as_score_columns_are_a_job_error(tmp_path):
   output.mkdir()
   (output / 'previous').write_text('kept')
   with pytest.raises(cli.JobError) as error:
-    preprocess.run([f'--input={tmp_path}/in.jsonl', f'--output_dir={output}'])
+    # --overwrite: the folder would be replaced, were the job to publish.
+    preprocess.run([f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
+                    '--overwrite'])
   assert "'a-b' and 'a_b'" in str(error.value)
   assert "'Pos' and 'pos'" in str(error.value)
   assert os.listdir(output) == ['previous']
@@ -344,7 +346,7 @@ def test_a_full_disk_is_one_error_line_and_keeps_the_previous_output(
   monkeypatch.setattr(signal, 'signal', lambda *args: None)
   monkeypatch.setattr(sys, 'argv', [
       'preprocess', f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
-      '--split_field=split'])
+      '--split_field=split', '--overwrite'])
   with pytest.raises(SystemExit) as exit_info:
     cli.main(preprocess.run)
   assert exit_info.value.code == cli.EXIT_JOB_ERROR

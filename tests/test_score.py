@@ -507,7 +507,7 @@ def test_readers_of_the_output_folder_never_see_a_run_in_progress(trained,
                                                                    tmp_path):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
-  write_jsonl(corpus, corpus_rows(3000, 13), BAD_LINES)
+  write_jsonl(corpus, corpus_rows(3000, 13) + list(BAD_LINES))
   output_dir = tmp_path / 'scores'
   score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=1'))
   published = re.compile(r'dt=1/(part-\d{5}-of-\d{5}\.parquet|_SUCCESS|'
