@@ -1,4 +1,5 @@
 """Shared fixtures: the dataset cache, fetched corpora, a job runner."""
+import contextlib
 import json
 import os
 import pathlib
@@ -15,14 +16,29 @@ import pytest
 from pipeline import jobs
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-DATASET_CACHE = pathlib.Path(
-    os.environ.get('DATASET_CACHE', REPO.parent / 'shared' / 'datasets'))
+_SHARED_DATASETS = REPO.parent / 'shared' / 'datasets'
+# The registry files, as the Makefile finds them: $DATASET_CACHE, else the
+# shared copy beside the clone, else data/cache, which `make run` fills.
+DATASET_CACHE = pathlib.Path(os.environ.get('DATASET_CACHE') or (
+    _SHARED_DATASETS if _SHARED_DATASETS.is_dir() else REPO / 'data' / 'cache'))
 
 
-def require_cache():
-  if not (DATASET_CACHE / 'SHA256SUMS').exists():
-    pytest.skip(f'no dataset cache at {DATASET_CACHE} (set DATASET_CACHE)')
-  return str(DATASET_CACHE)
+def registry_file(name: str) -> str:
+  """The verified registry file of corpus ``name``: from the dataset cache,
+  else downloaded into it once (kept for later runs); the test is skipped,
+  with the reason, when it is in neither the cache nor the registry."""
+  from pipeline import datasets
+  artifact = datasets.DATASETS[name].artifact
+  with contextlib.suppress(OSError):  # a read-only cache is used as it is
+    DATASET_CACHE.mkdir(parents=True, exist_ok=True)
+  try:
+    return datasets.locate(artifact, str(DATASET_CACHE))
+  except datasets.DatasetError as error:
+    if (DATASET_CACHE / artifact.filename).exists():
+      raise  # a corrupt cached file is an error, not a reason to skip
+    pytest.skip(f'{artifact.filename} is not in the dataset cache '
+                f'{DATASET_CACHE} (set DATASET_CACHE) and fetching it '
+                f'failed: {error}')
 
 
 @pytest.fixture(scope='session')
@@ -34,7 +50,8 @@ def corpora(tmp_path_factory):
 
   def get(name):
     if name not in fetched:
-      fetched[name] = datasets.fetch(name, str(dest), require_cache())
+      cache = os.path.dirname(registry_file(name))
+      fetched[name] = datasets.fetch(name, str(dest), cache)
     return fetched[name]
   return get
 
