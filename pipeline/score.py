@@ -1,7 +1,7 @@
 """The scoring job: any corpus -> the exported model -> Parquet.
 
     python -m pipeline.score --input=GLOB --model_dir=DIR --output_dir=DIR
-        [--partition=dt=2026-11-21] [--keep_fields=a,b] [flags]
+        [--partition=dt=2026-11-21] [--keep_fields=a,b:column] [flags]
         [any Beam pipeline option]
 
 Reads any format of ``pipeline.readers``, scores every document with the
@@ -18,7 +18,7 @@ import logging
 import posixpath
 import re
 import time
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -57,7 +57,8 @@ def parse_args(argv):
                       'dt=2026-11-21; a rerun replaces it whole.')
   parser.add_argument('--keep_fields', default='',
                       help='Comma-separated input fields copied to each '
-                      'output row with their types.')
+                      'output row with their types; field:column names the '
+                      'column, e.g. label:true_label.')
   parser.add_argument('--batch_size', type=int, default=256,
                       help='Documents per model call.')
   parser.add_argument('--parquet_codec', choices=_CODECS, default='zstd')
@@ -74,6 +75,42 @@ def check_partition(partition: str) -> str:
           f'bad --partition {partition!r}: use folder names such as '
           'dt=2026-11-21 (no wildcards, none starting with . or _)')
   return '/'.join(segments)
+
+
+# Kept fields: (input field, output column) pairs.
+KeptColumns = Tuple[Tuple[str, str], ...]
+# The column suggested for a kept field that clashes with an output column.
+_RENAMES = {scored.LABEL: 'true_label'}
+
+
+def parse_keep_fields(spec: str) -> KeptColumns:
+  """``--keep_fields`` as (input field, output column) pairs: ``field`` keeps
+  a field under its name, ``field:column`` under another; ValueError when an
+  item or the columns are malformed."""
+  pairs = []
+  for item in filter(None, (item.strip() for item in spec.split(','))):
+    field, colon, column = (part.strip() for part in item.partition(':'))
+    if not field or (colon and not column):
+      raise ValueError(f'bad --keep_fields item {item!r}: use field or '
+                       'field:column')
+    pairs.append((field, column or field))
+  columns = [column for _, column in pairs]
+  doubled = sorted({column for column in columns if columns.count(column) > 1})
+  if doubled:
+    raise ValueError(f'--keep_fields: two kept fields named {doubled[0]!r}')
+  return tuple(pairs)
+
+
+def check_kept_columns(kept: KeptColumns, label_names) -> None:
+  """ValueError, suggesting a rename, for a kept field that would take the
+  name of a column the job writes."""
+  taken = set(scored.output_columns(label_names))
+  for field, column in kept:
+    if column in taken:
+      rename = _RENAMES.get(column, f'input_{column}')
+      raise ValueError(
+          f'kept field {column!r} has the name of an output column; keep it '
+          f'under another name: use --keep_fields={field}:{rename}')
 
 
 # --------------------------------------------------------------------------
@@ -133,10 +170,10 @@ class RawTextModelHandler(inference.ModelHandler):
 class Validate(records.CountingDoFn):
   """Counts every record read; bad ones go to the dead letters."""
 
-  def __init__(self, max_text_bytes: int, kept: pa.Schema):
+  def __init__(self, max_text_bytes: int, kept_types):
     super().__init__(_NAMESPACE)
     self._max_text_bytes = max_text_bytes
-    self._kept_types = [(field.name, field.type) for field in kept]
+    self._kept_types = kept_types  # (input field, Arrow type) pairs
 
   def process(self, record):
     self.count_read()
@@ -155,11 +192,11 @@ class Validate(records.CountingDoFn):
 class ToRows(records.CountingDoFn):
   """Prediction results -> rows of the Parquet schema."""
 
-  def __init__(self, label_names, model_version: int, kept: pa.Schema):
+  def __init__(self, label_names, model_version: int, kept: KeptColumns):
     super().__init__(_NAMESPACE)
     self._columns = scored.probability_columns(label_names)
     self._model_version = model_version
-    self._kept_names = kept.names
+    self._kept = kept
 
   def process(self, result: inference.PredictionResult):
     self.count_written()
@@ -172,8 +209,8 @@ class ToRows(records.CountingDoFn):
         scored.SCORED_AT: scores[scored.SCORED_AT],
     }
     row.update(zip(self._columns, scores[serving.PROBABILITIES]))
-    for name in self._kept_names:
-      row[name] = record[raw.KEPT][name]
+    for field, column in self._kept:
+      row[column] = record[raw.KEPT][field]
     yield row
 
 
@@ -195,7 +232,8 @@ class Settings:
   final_dir: str
   pattern: str
   read_config: readers.ReadConfig
-  kept: pa.Schema        # the Arrow types of --keep_fields
+  kept: KeptColumns      # --keep_fields
+  kept_schema: pa.Schema  # their output columns, with the input's types
   export_dir: str
   metadata: Dict         # the export's metadata.json
   batch_size: int
@@ -205,31 +243,40 @@ class Settings:
   def label_names(self):
     return self.metadata['label_names']
 
+  @property
+  def kept_types(self):
+    """(input field, Arrow type) of each kept field."""
+    return [(field, arrow_field.type) for (field, _), arrow_field in zip(
+        self.kept, self.kept_schema)]
+
 
 def settings_from_args(args) -> Settings:
   """The flags checked and the model loaded before anything runs; a
   JobError names what is wrong."""
-  keep_fields = tuple(f.strip() for f in args.keep_fields.split(',')
-                      if f.strip())
   try:
     if args.batch_size < 1:
       raise ValueError('--batch_size must be at least 1')
     final_dir = args.output_dir.rstrip('/')
     if args.partition:
       final_dir = posixpath.join(final_dir, check_partition(args.partition))
-    pattern, fmt = readers.resolve_input(args.input, args.format)
-    config = readers.read_config_from_args(
-        args, format=fmt, label_field=None, keep_fields=keep_fields)
-    kept = readers.kept_fields_schema(pattern, config)
     export_dir = export.resolve(args.model_dir)
     _, metadata = export.load(export_dir)
-    # Fails here, before the pipeline, on labels or kept fields that would
-    # give clashing Parquet columns.
-    scored.arrow_schema(metadata['label_names'], kept)
+    kept = parse_keep_fields(args.keep_fields)
+    check_kept_columns(kept, metadata['label_names'])
+    pattern, fmt = readers.resolve_input(args.input, args.format)
+    config = readers.read_config_from_args(
+        args, format=fmt, label_field=None,
+        keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
+    by_field = readers.kept_fields_schema(pattern, config)
+    kept_schema = pa.schema([by_field.field(field).with_name(column)
+                             for field, column in kept])
+    # Fails here, before the pipeline, on labels that would give clashing
+    # Parquet columns.
+    scored.arrow_schema(metadata['label_names'], kept_schema)
   except (ValueError, export.ExportError) as error:  # ReaderError is one
     raise cli.JobError(str(error)) from error
-  return Settings(final_dir, pattern, config, kept, export_dir, metadata,
-                  args.batch_size, args.parquet_codec)
+  return Settings(final_dir, pattern, config, kept, kept_schema, export_dir,
+                  metadata, args.batch_size, args.parquet_codec)
 
 
 def build_pipeline(pipeline, settings: Settings, staging: str):
@@ -239,7 +286,7 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
                                              settings.read_config)
              | 'Validate' >> beam.ParDo(Validate(
                  settings.read_config.max_text_bytes,
-                 settings.kept)).with_outputs(
+                 settings.kept_types)).with_outputs(
                      records.REJECTED, records.STATS, main='documents'))
   results, failures = (
       checked.documents
@@ -253,7 +300,7 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
 
   _ = rows.rows | 'WriteParquet' >> beam.io.WriteToParquet(
       posixpath.join(staging, scored.FILE_PREFIX),
-      schema=scored.arrow_schema(settings.label_names, settings.kept),
+      schema=scored.arrow_schema(settings.label_names, settings.kept_schema),
       codec=settings.codec,
       row_group_buffer_size=_ROW_GROUP_BYTES,
       file_name_suffix=scored.FILE_SUFFIX)

@@ -77,6 +77,14 @@ def read_partition(folder):
                            for f in files]), files
 
 
+def dead_letters(folder):
+  dead = []
+  for name in os.listdir(folder / rejected.DIR):
+    with open(folder / rejected.DIR / name, encoding='utf-8') as handle:
+      dead.extend(json.loads(line) for line in handle)
+  return dead
+
+
 @pytest.fixture(scope='module')
 def scored_run(trained, tmp_path_factory):
   model_dir, _, _ = trained
@@ -98,11 +106,7 @@ def test_counts_reconcile_and_bad_rows_are_dead_letters(scored_run):
   assert counts['scored'] == len(rows)
   assert counts['rejected_by_reason'] == BAD_REASONS
   assert counts['read'] == counts['scored'] + counts['rejected']
-  partition = output_dir / 'dt=2026-11-21'
-  dead = []
-  for name in os.listdir(partition / rejected.DIR):
-    with open(partition / rejected.DIR / name, encoding='utf-8') as handle:
-      dead.extend(json.loads(line) for line in handle)
+  dead = dead_letters(output_dir / 'dt=2026-11-21')
   assert sorted(d[rejected.REASON] for d in dead) == sorted(
       reason for reason, n in BAD_REASONS.items() for _ in range(n))
   assert all(d[rejected.SOURCE].endswith('corpus.jsonl') for d in dead)
@@ -278,6 +282,14 @@ def test_job_level_faults(trained, tmp_path):
                                        output_dir, '--keep_fields=x'),
       'has the name of an output column': score_args(
           corpus, model_dir, output_dir, '--keep_fields=id'),
+      'use --keep_fields=label:true_label': score_args(
+          corpus, model_dir, output_dir, '--keep_fields=label'),
+      'use --keep_fields=stars:input_confidence': score_args(
+          corpus, model_dir, output_dir, '--keep_fields=stars:confidence'),
+      'bad --keep_fields item': score_args(
+          corpus, model_dir, output_dir, '--keep_fields=stars:'),
+      'two kept fields named': score_args(
+          corpus, model_dir, output_dir, '--keep_fields=stars:x,id:x'),
   }
   for message, args in faults.items():
     with pytest.raises(cli.JobError, match=message):
@@ -287,6 +299,28 @@ def test_job_level_faults(trained, tmp_path):
   assert process.returncode == 2
   errors = [l for l in process.stderr.splitlines() if l.startswith('error:')]
   assert len(errors) == 1 and 'no exported model' in errors[0]
+
+
+def test_true_label_kept_beside_the_prediction(trained, tmp_path):
+  """A labelled corpus scored with its label kept as another column: what a
+  user needs to measure the model on new data."""
+  model_dir, _, _ = trained
+  rows = synthetic_reviews(60, 10)
+  corpus = tmp_path / 'labelled.jsonl'
+  write_corpus(corpus, rows)
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
+                                  '--keep_fields=label:true_label,split'))
+  table, _ = read_partition(tmp_path / 'scores')
+  assert table.schema.remove_metadata() == scored.arrow_schema(
+      manifest['label_names'],
+      pa.schema([('true_label', pa.string()), ('split', pa.string())]))
+  by_id = {row[scored.ID]: row for row in table.to_pylist()}
+  assert {i: row['true_label'] for i, row in by_id.items()} == {
+      row['id']: row['label'] for row in rows}
+  assert {row['split'] for row in by_id.values()} == {'test'}
+  agree = sum(row['true_label'] == row[scored.LABEL]
+              for row in by_id.values())
+  assert agree >= 0.8 * len(rows)
 
 
 def test_partition_names_are_checked():
