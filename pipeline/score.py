@@ -18,7 +18,7 @@ import logging
 import posixpath
 import re
 import time
-from typing import Dict, Iterable, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -38,6 +38,9 @@ from schemas import serving
 from trainer import export
 
 _NAMESPACE = 'score'
+# The key of the answer RawTextModelHandler gives a document the model raised
+# on: the error, instead of scores.
+FAILED = 'failed'
 _CODECS = ('zstd', 'snappy', 'gzip', 'none')
 # One writer buffers this much before it writes a row group: row groups of
 # tens of MB read well in DuckDB, Spark and BigQuery without making every
@@ -138,6 +141,22 @@ class RawTextModelHandler(inference.ModelHandler):
   def run_inference(self, batch: Sequence[Dict], model,
                     inference_args: Optional[Dict] = None
                     ) -> Iterable[inference.PredictionResult]:
+    """Scores ``batch``. When the model raises on it, its halves are scored
+    the same way, down to single documents: only a document the model
+    raises on alone is answered with ``FAILED``, for ToRows to reject."""
+    try:
+      return self._score(batch, model)
+    except Exception as error:  # pylint: disable=broad-except
+      if len(batch) == 1:
+        logging.warning('score: the model raised on document %r: %s',
+                        batch[0][raw.ID], error)
+        return [inference.PredictionResult(batch[0], {FAILED: str(error)})]
+    middle = len(batch) // 2
+    return (self.run_inference(batch[:middle], model) +
+            self.run_inference(batch[middle:], model))
+
+  def _score(self, batch: Sequence[Dict], model
+             ) -> List[inference.PredictionResult]:
     outputs = model(**{serving.TEXT: [r[raw.TEXT].encode('utf-8')
                                       for r in batch]})
     scored_at = datetime.datetime.now(datetime.timezone.utc)
@@ -190,7 +209,8 @@ class Validate(records.CountingDoFn):
 
 
 class ToRows(records.CountingDoFn):
-  """Prediction results -> rows of the Parquet schema."""
+  """Prediction results -> rows of the Parquet schema; a document the model
+  failed on -> a dead letter."""
 
   def __init__(self, label_names, model_version: int, kept: KeptColumns):
     super().__init__(_NAMESPACE)
@@ -199,8 +219,11 @@ class ToRows(records.CountingDoFn):
     self._kept = kept
 
   def process(self, result: inference.PredictionResult):
-    self.count_written()
     record, scores = result.example, result.inference
+    if FAILED in scores:
+      yield self.reject(record, rejected.INFERENCE_FAILED)
+      return
+    self.count_written()
     row = {
         scored.ID: record[raw.ID],
         scored.LABEL: scores[serving.LABEL],
@@ -215,7 +238,8 @@ class ToRows(records.CountingDoFn):
 
 
 class RejectFailedBatches(records.CountingDoFn):
-  """A batch the model raised on: each of its documents is a dead letter."""
+  """A batch RunInference failed on outside the model calls that
+  RawTextModelHandler bisects: each of its documents is a dead letter."""
 
   def __init__(self):
     super().__init__(_NAMESPACE)
@@ -294,7 +318,8 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
           settings.export_dir, settings.batch_size)).with_exception_handling())
   rows = results | 'ToRows' >> beam.ParDo(ToRows(
       settings.label_names, settings.metadata['version'],
-      settings.kept)).with_outputs(records.STATS, main='rows')
+      settings.kept)).with_outputs(
+          records.REJECTED, records.STATS, main='rows')
   failed = failures.failed_inferences | 'RejectFailed' >> beam.ParDo(
       RejectFailedBatches()).with_outputs(records.REJECTED, records.STATS)
 
@@ -304,7 +329,8 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
       codec=settings.codec,
       row_group_buffer_size=_ROW_GROUP_BYTES,
       file_name_suffix=scored.FILE_SUFFIX)
-  _ = ((checked[records.REJECTED], failed[records.REJECTED])
+  _ = ((checked[records.REJECTED], rows[records.REJECTED],
+        failed[records.REJECTED])
        | 'AllRejected' >> beam.Flatten()
        | 'Rejected' >> records.WriteDeadLetters(
            posixpath.join(staging, rejected.DIR)))

@@ -23,6 +23,7 @@ from pipeline import score
 from schemas import raw
 from schemas import rejected
 from schemas import scored
+from schemas import serving
 from tests.conftest import REPO
 from tests.conftest import beam_pipeline
 from tests.conftest import run_module
@@ -260,6 +261,42 @@ def test_model_handler_in_run_inference(trained):
               | beam.Map(lambda result: (result.example[raw.TEXT],
                                          result.inference['label'])))
     assert_that(labels, equal_to(expected))
+
+
+POISON = 'poison-pill'
+
+
+class PoisonedModelHandler(score.RawTextModelHandler):
+  """The real model, made to raise on any batch that holds a document with
+  the poison in its text: a document the model cannot take."""
+
+  def load_model(self):
+    signature = super().load_model()
+
+    def model(**inputs):
+      if any(POISON.encode() in text for text in inputs[serving.TEXT]):
+        raise ValueError('poisoned batch')
+      return signature(**inputs)
+    return model
+
+
+def test_a_failing_batch_is_bisected_to_the_failing_document(
+    trained, tmp_path, monkeypatch):
+  model_dir, _, _ = trained
+  rows = corpus_rows(32, 11)
+  rows[13]['text'] += f' {POISON}'
+  corpus = tmp_path / 'corpus.jsonl'
+  write_corpus(corpus, rows)
+  monkeypatch.setattr(score, 'RawTextModelHandler', PoisonedModelHandler)
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores'))
+  assert manifest['counts']['scored'] == 31
+  assert manifest['counts']['rejected_by_reason'] == {
+      rejected.INFERENCE_FAILED: 1}
+  assert [d[rejected.ID] for d in dead_letters(tmp_path / 'scores')] == [
+      rows[13]['id']]
+  table, _ = read_partition(tmp_path / 'scores')
+  assert sorted(table.column(scored.ID).to_pylist()) == sorted(
+      row['id'] for i, row in enumerate(rows) if i != 13)
 
 
 def test_job_level_faults(trained, tmp_path):
