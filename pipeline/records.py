@@ -54,8 +54,8 @@ def dead_letter(record: Dict, reason: str) -> Dict:
 
 
 # Count kinds: the first item of every count key.
-READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH = (
-    'read', 'written', 'rejected', 'label', 'length')
+READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH, DUPLICATE = (
+    'read', 'written', 'rejected', 'label', 'length', 'duplicate')
 # Kinds shown as Beam counters; labels and lengths are stats, not progress.
 _METERED = (READ, WRITTEN, REJECTED_KIND)
 
@@ -122,6 +122,26 @@ class SumCounts(beam.CombineFn):
     return dict(accumulator)
 
 
+def _duplicate_counts(id_and_count) -> Dict[tuple, int]:
+  return {(DUPLICATE, 'ids'): 1, (DUPLICATE, 'rows'): id_and_count[1] - 1}
+
+
+class CountDuplicateIds(beam.PTransform):
+  """Ids -> the count dicts of those seen more than once (Tally's
+  duplicate_ids and duplicate_rows), for WriteCounts.
+
+  Counting happens on the workers, keyed by id, like a GroupByKey: the
+  launcher never holds the ids.
+  """
+
+  def expand(self, ids):
+    return (ids
+            | 'CountIds' >> beam.combiners.Count.PerElement()
+            | 'Repeated' >> beam.Filter(lambda id_and_count:
+                                        id_and_count[1] > 1)
+            | 'DuplicateCounts' >> beam.Map(_duplicate_counts))
+
+
 def _counts_to_json(counts: Dict[tuple, int]) -> str:
   return json.dumps(sorted(list(key) + [count] for key, count in counts.items()))
 
@@ -153,6 +173,10 @@ class Tally:
   labels: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)
   # Documents per token length.
   lengths: Dict[int, int] = dataclasses.field(default_factory=dict)
+  # Ids found in more than one record read, and the records beyond the
+  # first of each (so read - duplicate_rows ids are distinct).
+  duplicate_ids: int = 0
+  duplicate_rows: int = 0
 
   @property
   def total_written(self) -> int:
@@ -174,7 +198,8 @@ class Tally:
   def from_counts(cls, counts: List[list]) -> 'Tally':
     """From the rows WriteCounts wrote: the key's items, then the count."""
     fields = dict(read=0, written={}, rejected_by_reason={},
-                  labels=collections.defaultdict(dict), lengths={})
+                  labels=collections.defaultdict(dict), lengths={},
+                  duplicate_ids=0, duplicate_rows=0)
     for *key, count in counts:
       kind, rest = key[0], key[1:]
       if kind == READ:
@@ -187,6 +212,8 @@ class Tally:
         fields['labels'][rest[0]][rest[1]] = count
       elif kind == LENGTH:
         fields['lengths'][int(rest[0])] = count
+      elif kind == DUPLICATE:
+        fields[f'duplicate_{rest[0]}'] = count
     fields['rejected_by_reason'] = dict(
         sorted(fields['rejected_by_reason'].items()))
     fields['labels'] = {split: dict(sorted(by_label.items()))

@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import datetime
 import logging
+import operator
 import posixpath
 import re
 import time
@@ -305,9 +306,12 @@ def settings_from_args(args) -> Settings:
 
 def build_pipeline(pipeline, settings: Settings, staging: str):
   """Adds the scoring steps to ``pipeline``, writing under ``staging``."""
-  checked = (pipeline
-             | 'Read' >> readers.ReadRecords(settings.pattern,
-                                             settings.read_config)
+  read = pipeline | 'Read' >> readers.ReadRecords(settings.pattern,
+                                                 settings.read_config)
+  duplicates = (read
+                | 'Ids' >> beam.Map(operator.itemgetter(raw.ID))
+                | 'Duplicates' >> records.CountDuplicateIds())
+  checked = (read
              | 'Validate' >> beam.ParDo(Validate(
                  settings.read_config.max_text_bytes,
                  settings.kept_types)).with_outputs(
@@ -334,7 +338,8 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
        | 'AllRejected' >> beam.Flatten()
        | 'Rejected' >> records.WriteDeadLetters(
            posixpath.join(staging, rejected.DIR)))
-  _ = ((checked[records.STATS], rows[records.STATS], failed[records.STATS])
+  _ = ((checked[records.STATS], rows[records.STATS], failed[records.STATS],
+        duplicates)
        | 'AllCounts' >> beam.Flatten()
        | 'Counts' >> records.WriteCounts(staging))
 
@@ -375,6 +380,8 @@ def manifest(args, settings: Settings, tally: records.Tally, result,
           'scored': tally.total_written,
           'rejected': tally.rejected,
           'rejected_by_reason': tally.rejected_by_reason,
+          'duplicate_ids': tally.duplicate_ids,
+          'duplicate_rows': tally.duplicate_rows,
       },
       'inference': _inference_metrics(result),
       'files': files,
@@ -384,13 +391,18 @@ def manifest(args, settings: Settings, tally: records.Tally, result,
 
 
 def log_summary(written: Dict, seconds: float, final_dir: str) -> None:
+  """One line for the run; a warning when the input repeats ids."""
   counts = written['counts']
-  logging.info(
-      'score: read %d documents in %.1f s (%.0f/s) -> scored %d, rejected %d%s;'
-      ' model version %s; output %s', counts['read'], seconds,
+  duplicates = (f'; {counts["duplicate_ids"]} duplicate ids '
+                f'({counts["duplicate_rows"]} records beyond their first)'
+                if counts['duplicate_ids'] else '')
+  logging.log(
+      logging.WARNING if duplicates else logging.INFO,
+      'score: read %d documents in %.1f s (%.0f/s) -> scored %d, rejected %d%s'
+      '%s; model version %s; output %s', counts['read'], seconds,
       counts['read'] / seconds, counts['scored'], counts['rejected'], ''.join(
           f', {n} {reason}'
-          for reason, n in counts['rejected_by_reason'].items()),
+          for reason, n in counts['rejected_by_reason'].items()), duplicates,
       written['model_version'], final_dir)
 
 

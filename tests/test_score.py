@@ -1,5 +1,6 @@
 """The scoring job: Parquet out, RunInference, partitions, bad input, faults."""
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -297,6 +298,25 @@ def test_a_failing_batch_is_bisected_to_the_failing_document(
   table, _ = read_partition(tmp_path / 'scores')
   assert sorted(table.column(scored.ID).to_pylist()) == sorted(
       row['id'] for i, row in enumerate(rows) if i != 13)
+
+
+def test_duplicate_ids_are_counted_and_logged(trained, tmp_path, caplog):
+  model_dir, _, _ = trained
+  rows = corpus_rows(20, 12)
+  for index in (1, 2, 3):
+    rows[index]['id'] = 'twice-a'
+  rows[4]['id'] = rows[5]['id'] = 'twice-b'
+  corpus = tmp_path / 'corpus.jsonl'
+  write_corpus(corpus, rows)
+  with caplog.at_level(logging.WARNING):
+    manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores'))
+  # Two ids seen more than once, in three records beyond their first.
+  assert manifest['counts']['duplicate_ids'] == 2
+  assert manifest['counts']['duplicate_rows'] == 3
+  assert manifest['counts']['scored'] == 20
+  assert any('2 duplicate ids' in record.getMessage()
+             for record in caplog.records
+             if record.levelno == logging.WARNING)
 
 
 def test_job_level_faults(trained, tmp_path):
