@@ -54,8 +54,8 @@ def dead_letter(record: Dict, reason: str) -> Dict:
 
 
 # Count kinds: the first item of every count key.
-READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH, DUPLICATE = (
-    'read', 'written', 'rejected', 'label', 'length', 'duplicate')
+READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH, DUPLICATE, BIN = (
+    'read', 'written', 'rejected', 'label', 'length', 'duplicate', 'bin')
 # Kinds shown as Beam counters; labels and lengths are stats, not progress.
 _METERED = (READ, WRITTEN, REJECTED_KIND)
 
@@ -91,6 +91,10 @@ class CountingDoFn(beam.DoFn):
 
   def count_label(self, split: str, label: str):
     self._counts[(LABEL, split, label)] += 1
+
+  def count_bin(self, histogram: str, index: int):
+    """One record in bin ``index`` of the histogram named ``histogram``."""
+    self._counts[(BIN, histogram, index)] += 1
 
   def count_lengths(self, lengths: Dict[int, int]):
     for length, count in lengths.items():
@@ -177,6 +181,8 @@ class Tally:
   # first of each (so read - duplicate_rows ids are distinct).
   duplicate_ids: int = 0
   duplicate_rows: int = 0
+  # Records per bin, by histogram name.
+  bins: Dict[str, Dict[int, int]] = dataclasses.field(default_factory=dict)
 
   @property
   def total_written(self) -> int:
@@ -199,7 +205,8 @@ class Tally:
     """From the rows WriteCounts wrote: the key's items, then the count."""
     fields = dict(read=0, written={}, rejected_by_reason={},
                   labels=collections.defaultdict(dict), lengths={},
-                  duplicate_ids=0, duplicate_rows=0)
+                  duplicate_ids=0, duplicate_rows=0,
+                  bins=collections.defaultdict(dict))
     for *key, count in counts:
       kind, rest = key[0], key[1:]
       if kind == READ:
@@ -214,10 +221,13 @@ class Tally:
         fields['lengths'][int(rest[0])] = count
       elif kind == DUPLICATE:
         fields[f'duplicate_{rest[0]}'] = count
+      elif kind == BIN:
+        fields['bins'][rest[0]][int(rest[1])] = count
     fields['rejected_by_reason'] = dict(
         sorted(fields['rejected_by_reason'].items()))
     fields['labels'] = {split: dict(sorted(by_label.items()))
                         for split, by_label in fields['labels'].items()}
+    fields['bins'] = dict(fields['bins'])
     return cls(**fields)
 
 

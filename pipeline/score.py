@@ -28,6 +28,7 @@ from apache_beam.metrics.metric import MetricsFilter
 import pyarrow as pa
 
 from pipeline import cli
+from pipeline import drift
 from pipeline import jobs
 from pipeline import outputs
 from pipeline import readers
@@ -39,6 +40,11 @@ from schemas import serving
 from trainer import export
 
 _NAMESPACE = 'score'
+# The Tally names of the partition's predicted labels and confidence bins.
+_SCORED = 'scored'
+_CONFIDENCE = 'confidence'
+# The drift report beside the manifest.
+REPORT_IMAGE = '_report.png'
 # The key of the answer RawTextModelHandler gives a document the model raised
 # on: the error, instead of scores.
 FAILED = 'failed'
@@ -213,11 +219,13 @@ class ToRows(records.CountingDoFn):
   """Prediction results -> rows of the Parquet schema; a document the model
   failed on -> a dead letter."""
 
-  def __init__(self, label_names, model_version: int, kept: KeptColumns):
+  def __init__(self, label_names, model_version: int, kept: KeptColumns,
+               confidence_edges):
     super().__init__(_NAMESPACE)
     self._columns = scored.probability_columns(label_names)
     self._model_version = model_version
     self._kept = kept
+    self._edges = confidence_edges
 
   def process(self, result: inference.PredictionResult):
     record, scores = result.example, result.inference
@@ -225,6 +233,9 @@ class ToRows(records.CountingDoFn):
       yield self.reject(record, rejected.INFERENCE_FAILED)
       return
     self.count_written()
+    self.count_label(_SCORED, scores[serving.LABEL])
+    self.count_bin(_CONFIDENCE, drift.confidence_bin(
+        scores[serving.CONFIDENCE], self._edges))
     row = {
         scored.ID: record[raw.ID],
         scored.LABEL: scores[serving.LABEL],
@@ -267,6 +278,13 @@ class Settings:
   @property
   def label_names(self):
     return self.metadata['label_names']
+
+  @property
+  def confidence_edges(self):
+    """The reference's confidence bins, the default ones without it."""
+    reference = self.metadata.get(drift.REFERENCE)
+    return (reference['confidence_histogram']['edges'] if reference
+            else drift.CONFIDENCE_EDGES)
 
   @property
   def kept_types(self):
@@ -321,8 +339,8 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
       | 'RunInference' >> inference.RunInference(RawTextModelHandler(
           settings.export_dir, settings.batch_size)).with_exception_handling())
   rows = results | 'ToRows' >> beam.ParDo(ToRows(
-      settings.label_names, settings.metadata['version'],
-      settings.kept)).with_outputs(
+      settings.label_names, settings.metadata['version'], settings.kept,
+      settings.confidence_edges)).with_outputs(
           records.REJECTED, records.STATS, main='rows')
   failed = failures.failed_inferences | 'RejectFailed' >> beam.ParDo(
       RejectFailedBatches()).with_outputs(records.REJECTED, records.STATS)
@@ -359,6 +377,31 @@ def _inference_metrics(result) -> Dict:
   return found
 
 
+def partition_drift(settings: Settings, tally: records.Tally) -> Dict:
+  """The partition's label shares and confidence histogram against the
+  export's reference (``pipeline.drift``)."""
+  current = drift.distribution(
+      settings.label_names, tally.labels.get(_SCORED, {}),
+      tally.bins.get(_CONFIDENCE, {}), settings.confidence_edges)
+  return drift.compare(current, settings.metadata.get(drift.REFERENCE))
+
+
+def write_drift_report(staging: str, drift_section: Dict) -> None:
+  """``_report.png`` where matplotlib is installed (on the launcher: the
+  workers need no plotting); a warning when the drift alert is raised."""
+  if drift_section['alert']:
+    logging.warning(
+        'score: predictions drifted from the eval split: PSI %.3f on label '
+        'shares, %.3f on confidence (alert over %.1f)',
+        drift_section['psi']['labels'], drift_section['psi']['confidence'],
+        drift.PSI_ALERT)
+  image = drift.plot(drift_section)
+  if image:
+    with FileSystems.create(posixpath.join(staging, REPORT_IMAGE),
+                            mime_type='image/png') as handle:
+      handle.write(image)
+
+
 def _utc_now() -> str:
   return datetime.datetime.now(datetime.timezone.utc).isoformat(
       timespec='seconds')
@@ -384,6 +427,7 @@ def manifest(args, settings: Settings, tally: records.Tally, result,
           'duplicate_rows': tally.duplicate_rows,
       },
       'inference': _inference_metrics(result),
+      'drift': partition_drift(settings, tally),
       'files': files,
       'started_at': started_at,
       'finished_at': _utc_now(),
@@ -418,6 +462,7 @@ def run(argv=None):
     tally.reconcile()
     written = manifest(args, settings, tally, result, staging, started_at)
     outputs.write_json(posixpath.join(staging, scored.MANIFEST_FILE), written)
+    write_drift_report(staging, written['drift'])
     FileSystems.create(
         posixpath.join(staging, outputs.SUCCESS_MARKER)).close()
     output.publish()

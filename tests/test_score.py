@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import cli
+from pipeline import drift
 from pipeline import outputs
 from pipeline import readers
 from pipeline import score
@@ -169,6 +170,45 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
       GROUP BY ALL ORDER BY label""").fetchall()
   assert sum(n for _, _, n in by_label) == manifest['counts']['scored']
   assert {str(dt) for dt, _, _ in by_label} == {'2026-11-21'}
+
+
+def test_export_carries_the_eval_split_reference(trained):
+  _, metadata = export.load(str(trained[0]))
+  reference = metadata[drift.REFERENCE]
+  assert reference['documents'] == 200  # the eval split
+  assert sorted(reference['label_shares']) == ['neg', 'pos']
+  assert sum(reference['label_shares'].values()) == pytest.approx(1.0)
+  histogram = reference['confidence_histogram']
+  assert histogram['edges'] == list(drift.CONFIDENCE_EDGES)
+  assert sum(histogram['shares']) == pytest.approx(1.0)
+
+
+def test_partition_drift_in_the_manifest_and_its_report(scored_run):
+  rows, _, output_dir, manifest = scored_run
+  report = manifest['drift']
+  assert report['partition']['documents'] == len(rows)
+  assert sum(report['partition']['label_shares'].values()) == pytest.approx(
+      1.0)
+  assert report['reference']['documents'] == 200
+  # The same kind of reviews as the eval split, half of each label.
+  assert report['psi']['labels'] < drift.PSI_ALERT
+  assert report['alert'] == (report['psi']['confidence'] > drift.PSI_ALERT)
+  image = output_dir / 'dt=2026-11-21' / score.REPORT_IMAGE
+  assert image.read_bytes().startswith(b'\x89PNG')
+
+
+def test_a_shifted_partition_raises_the_drift_alert(trained, tmp_path,
+                                                    caplog):
+  model_dir, _, _ = trained
+  corpus = tmp_path / 'positive.jsonl'
+  write_corpus(corpus, [row for row in synthetic_reviews(120, 14)
+                        if row['label'] == 'pos'])
+  with caplog.at_level(logging.WARNING):
+    manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores'))
+  assert manifest['drift']['psi']['labels'] > drift.PSI_ALERT
+  assert manifest['drift']['alert']
+  assert any('drifted' in record.getMessage() for record in caplog.records
+             if record.levelno == logging.WARNING)
 
 
 def test_rerun_replaces_the_partition_whole(trained, tmp_path):

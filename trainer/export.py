@@ -4,7 +4,8 @@ A SavedModel in TF Serving's layout, ``<model_dir>/export/<version>/``, whose
 ``serving_default`` signature takes a batch of raw strings. The TFT transform
 graph is inside it, so serving tokenizes exactly as training did and the
 export keeps working after the preprocessing output is deleted. Metadata
-(version, label names, parameters, data stats) is saved beside the graph in
+(version, label names, parameters, data stats, and once evaluated the eval
+split's prediction distribution, ``reference``) is saved beside the graph in
 ``assets.extra/metadata.json``.
 """
 import json
@@ -73,6 +74,18 @@ def export(model, tft_output, label_names: List[str], model_dir: str,
     json.dump(metadata, out, indent=2, sort_keys=True)
   tf.io.gfile.rename(staging, final)
   return final
+
+
+def add_metadata(export_dir: str, sections: Dict) -> None:
+  """Adds ``sections`` to an export's metadata, such as what its evaluation
+  found; the file is replaced by a rename, never seen half-written."""
+  path = posixpath.join(export_dir, METADATA_FILE)
+  with tf.io.gfile.GFile(path) as handle:
+    metadata = json.load(handle)
+  metadata.update(sections)
+  with tf.io.gfile.GFile(path + '.tmp', 'w') as out:
+    json.dump(metadata, out, indent=2, sort_keys=True)
+  tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
 
 
 def resolve(model_dir: str) -> str:
