@@ -136,7 +136,7 @@ def _run_bundle(spec: _BundleSpec, items, *side_values):
 
 class _ParDo(transform_evaluator.DaskBagOp):
   """A ParDo over each partition; its bag holds every output, the tagged
-  ones wrapped in TaggedOutput, for _output_bag to tell apart.
+  ones wrapped in TaggedOutput, for _BagBuilder._add_outputs to tell apart.
 
   ``side_inputs`` are (view, dask Item of the whole side input) pairs.
   """

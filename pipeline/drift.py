@@ -5,7 +5,7 @@ and the confidence histogram of the export's predictions on the eval split.
 The scoring job counts the same for each partition and compares the two with
 the population stability index,
 
-    PSI = sum over bins of (share - reference share) * ln(share / reference share),
+    PSI = sum over bins of (share - reference) * ln(share / reference),
 
 over the label shares and over the confidence histogram. A PSI over 0.2 (the
 usual threshold for a significant shift) raises the manifest's alert.
