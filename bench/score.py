@@ -8,18 +8,25 @@ process so that peak memory is measured apart:
   texts, in batches of the same size, in one process;
 - ours: ``python -m pipeline.score`` with the default runner (FnApiRunner),
   in memory and, with --modes, in multi_processing mode with a worker per
-  core, writing partitioned Parquet, dead letters and the manifest.
+  core, or on a dask.distributed cluster on 127.0.0.1 (a scheduler and a
+  single-threaded worker process per core, started and with our modules
+  imported before the timing),
+  writing partitioned Parquet, dead letters and the manifest.
 
     python bench/score.py [--model_dir=DIR] [--sizes=100000,1000000]
-        [--modes=in_memory,multi_processing]
+        [--modes=in_memory,multi_processing,dask]
 
 Without --model_dir, the seed-configuration model is trained first, as
 ``bench/train.py --only imdb_seed`` trains it.
 """
 import argparse
+import contextlib
 import glob
+import importlib
 import json
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 
@@ -32,6 +39,7 @@ from train import RUNS  # pylint: disable=wrong-import-position
 from schemas import scored  # pylint: disable=wrong-import-position
 
 _DOCS_PER_FILE = 100_000
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write_corpus(reviews_dir: str, folder: str, size: int) -> str:
@@ -74,6 +82,49 @@ def baseline(pattern: str, model_dir: str, batch_size: int) -> None:
     score(batch)
     documents += len(batch)
   print(json.dumps({'documents': documents}))
+
+
+def _import_our_modules():
+  importlib.import_module('pipeline.score')
+
+
+@contextlib.contextmanager
+def dask_cluster(workers: int):
+  """A scheduler and ``workers`` single-threaded worker processes on
+  127.0.0.1, all connected; yields the runner's flags."""
+  import distributed  # pylint: disable=import-outside-toplevel
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    address = f'127.0.0.1:{probe.getsockname()[1]}'
+  commands = [['distributed.cli.dask_scheduler', '--host=127.0.0.1',
+               f'--port={address.split(":")[1]}']] + [
+                   ['distributed.cli.dask_worker', f'tcp://{address}',
+                    '--nworkers=1', '--nthreads=1']] * workers
+  processes = [subprocess.Popen(
+      [sys.executable, '-m', *command, '--no-dashboard'], cwd=_REPO,
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for command in commands]
+  try:
+    with distributed.Client(address, timeout=120) as client:
+      client.wait_for_workers(workers, timeout=120)
+      # A cluster outlives its jobs: its workers, and its scheduler (which
+      # unpickles the job's graph), have imported our modules and so
+      # TensorFlow before a job comes; loading the model is the job's cost.
+      client.run(_import_our_modules)
+      client.run_on_scheduler(_import_our_modules)
+    yield ['--runner=pipeline.dask_runner.DaskRunner',
+           f'--dask_client_address={address}']
+  finally:
+    for process in reversed(processes):
+      process.terminate()
+      process.wait()
+
+
+def runner_flags(mode: str, stack: contextlib.ExitStack):
+  if mode == 'dask':
+    return stack.enter_context(dask_cluster(os.cpu_count()))
+  workers = os.cpu_count() if mode == 'multi_processing' else 1
+  return [f'--direct_running_mode={mode}', f'--direct_num_workers={workers}']
 
 
 def seed_model(work: str, cache: str) -> str:
@@ -120,12 +171,12 @@ def main():
         'wall_s': round(base_wall, 1), 'docs_per_s': round(size / base_wall),
         'peak_mib': round(base_peak)}}
     for mode in args.modes.split(','):
-      workers = os.cpu_count() if mode == 'multi_processing' else 1
-      wall, peak = run_process([
-          python, '-m', 'pipeline.score', f'--input={pattern}',
-          f'--model_dir={model_dir}', f'--output_dir={work}/scores',
-          f'--partition=size={size}', f'--batch_size={args.batch_size}',
-          f'--direct_running_mode={mode}', f'--direct_num_workers={workers}'])
+      with contextlib.ExitStack() as stack:
+        wall, peak = run_process([
+            python, '-m', 'pipeline.score', f'--input={pattern}',
+            f'--model_dir={model_dir}', f'--output_dir={work}/scores',
+            f'--partition=size={size}', f'--batch_size={args.batch_size}',
+            *runner_flags(mode, stack)])
       with open(os.path.join(work, 'scores', f'size={size}',
                              scored.MANIFEST_FILE)) as handle:
         counts = json.load(handle)['counts']

@@ -3,9 +3,9 @@
     --runner=pipeline.dask_runner.DaskRunner --dask_client_address=HOST:8786
 
 Beam 2.77's DaskRunner translates each Beam primitive into a dask.bag
-operation. Three gaps in it lose or mix data in our jobs, and one leaves a
-cluster idle; this runner closes them and keeps everything else (options,
-overrides, the other translations) as Beam has it:
+operation. Four gaps in it lose, mix or duplicate data in our jobs, and one
+leaves a cluster idle; this runner closes them and keeps everything else
+(options, overrides, the other translations) as Beam has it:
 
 - Only the lineage of the last transform applied is computed, so a pipeline
   with several sinks (Parquet, dead letters, counts) runs one of them. Here
@@ -17,6 +17,12 @@ overrides, the other translations) as Beam has it:
 - A consumer of one output of a multi-output ParDo receives every output of
   it (main and tagged together). Here each output PCollection gets only its
   own elements.
+- A side input is computed inside each task that reads it, its whole lineage
+  again, and dask's graph optimization runs the transforms that several sinks
+  share once per sink: every file sink initialized several temporary folders
+  and wrote its rows more than once, leaving ``beam-temp-*`` folders of
+  duplicate rows beside the output. Here the sinks and the side inputs are
+  one graph, in which each transform's tasks run once.
 - Reshuffle is an identity, so a job that starts from one file pattern reads
   everything in one partition, on one worker. Here Reshuffle re-chunks its
   input over the cluster's worker threads (or ``--dask_npartitions``).
@@ -39,8 +45,14 @@ if beam.__version__ not in TESTED_BEAM_VERSIONS:
       f'is apache-beam {beam.__version__}. Install a tested version or use '
       'another runner.')
 try:
-  import dask  # pylint: disable=unused-import
-  import dask.distributed  # pylint: disable=unused-import
+  import dask
+  import dask.bag
+  import dask.distributed
+  # Dask's task specification (private, like the Beam internals above): the
+  # dask version is pinned in constraints.txt and tested with this runner.
+  from dask._task_spec import Task
+  from dask._task_spec import TaskRef
+  from dask.highlevelgraph import HighLevelGraph
 except ImportError as missing:
   raise ImportError(
       'the Dask runner needs the dask extra: pip install '
@@ -48,6 +60,7 @@ except ImportError as missing:
 
 # pylint: disable=wrong-import-position
 from apache_beam import pvalue
+from apache_beam.internal import pickler
 from apache_beam.pipeline import PipelineVisitor
 from apache_beam.runners.common import DoFnContext
 from apache_beam.runners.common import DoFnInvoker
@@ -56,62 +69,103 @@ from apache_beam.runners.common import _OutputHandler
 from apache_beam.runners.dask import dask_runner
 from apache_beam.runners.dask import overrides
 from apache_beam.runners.dask import transform_evaluator
+from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms.core import DoFn
 from apache_beam.transforms.sideinputs import SideInputMap
 
 
-def _run_bundle(items, invoker_args, invoker_kwargs, receivers):
-  """One dask partition as one Beam bundle, finish_bundle's outputs kept."""
-  invoker = DoFnInvoker.create_invoker(*invoker_args, **invoker_kwargs)
+@dataclasses.dataclass(frozen=True)
+class _BundleSpec:
+  """What a task needs to run one dask partition as one bundle of a ParDo."""
+  label: str
+  # The DoFn and its extra arguments, pickled by Beam: every bundle unpickles
+  # its own copy, as Beam's workers do, so that two bundles in the threads of
+  # one process never share a DoFn's state.
+  pickled_fn: bytes
+  window_fn: t.Any
+  # (view class, view options, window mapping) of each side input, in the
+  # order of the side-input values the task is given.
+  side_views: t.Tuple = ()
+
+
+def _side_input_maps(spec: _BundleSpec, side_values):
+  return [SideInputMap(view_class, options, [
+      transform_evaluator.get_windowed_value(value, mapping)
+      for value in values]) for (view_class, options, mapping), values in zip(
+          spec.side_views, side_values)]
+
+
+def _run_bundle(spec: _BundleSpec, items, *side_values):
+  """One dask partition as one Beam bundle, finish_bundle's outputs kept.
+
+  ``side_values`` are the side inputs' whole contents: dask computes them as
+  dependencies of this task, in the same graph, instead of each bundle
+  computing their lineage again.
+  """
+  fn, args, kwargs = pickler.loads(spec.pickled_fn)
+  receivers = transform_evaluator.OneReceiver()
+  invoker = DoFnInvoker.create_invoker(
+      DoFnSignature(fn),
+      _OutputHandler(
+          window_fn=spec.window_fn,
+          main_receivers=receivers[None],
+          tagged_receivers=receivers,
+          per_element_output_counter=None,
+          output_batch_converter=None,
+          process_yields_batches=False,
+          process_batch_yields_elements=False),
+      context=DoFnContext(spec.label, state=None),
+      side_inputs=_side_input_maps(spec, side_values) or None,
+      input_args=list(args),
+      input_kwargs=kwargs,
+      user_state_context=None,
+      bundle_finalizer_param=DoFn.BundleFinalizerParam())
   invoker.invoke_setup()
   invoker.invoke_start_bundle()
   for item in items:
-    invoker.invoke_process(item)
+    invoker.invoke_process(
+        transform_evaluator.get_windowed_value(item, spec.window_fn))
   invoker.invoke_finish_bundle()
   invoker.invoke_teardown()
   # Windows are not kept between transforms (as in Beam's DaskRunner): the
   # jobs are batch jobs in the global window.
-  outputs = [pvalue.TaggedOutput(item.tag, item.value.value)
-             if isinstance(item, pvalue.TaggedOutput) else item.value
-             for item in receivers.values]
-  receivers.values.clear()
-  return outputs
+  return [pvalue.TaggedOutput(item.tag, item.value.value)
+          if isinstance(item, pvalue.TaggedOutput) else item.value
+          for item in receivers.values]
 
 
 class _ParDo(transform_evaluator.DaskBagOp):
   """A ParDo over each partition; its bag holds every output, the tagged
-  ones wrapped in TaggedOutput, for _output_bag to tell apart."""
+  ones wrapped in TaggedOutput, for _BagBuilder._add_outputs to tell apart.
+
+  ``side_inputs`` are (view, dask Item of the whole side input) pairs.
+  """
 
   def apply(self, input_bag, side_inputs=None):
     transform = self.transform
     args, kwargs = transform.raw_side_inputs
     main_input = next(iter(self.applied.main_inputs.values()))
     window_fn = getattr(main_input, 'windowing', None)
-    window_fn = window_fn.windowfn if window_fn else None
-    receivers = transform_evaluator.OneReceiver()
-    invoker_args = [
-        DoFnSignature(transform.fn),
-        _OutputHandler(
-            window_fn=window_fn,
-            main_receivers=receivers[None],
-            tagged_receivers=receivers,
-            per_element_output_counter=None,
-            output_batch_converter=None,
-            process_yields_batches=False,
-            process_batch_yields_elements=False),
-    ]
-    invoker_kwargs = dict(
-        context=DoFnContext(transform.label, state=None),
-        side_inputs=side_inputs,
-        input_args=list(args),
-        input_kwargs=kwargs,
-        user_state_context=None,
-        bundle_finalizer_param=DoFn.BundleFinalizerParam(),
-    )
-    return input_bag.map(transform_evaluator.get_windowed_value,
-                         window_fn).map_partitions(
-                             _run_bundle, invoker_args, invoker_kwargs,
-                             receivers)
+    views, items = zip(*side_inputs) if side_inputs else ((), ())
+    spec = _BundleSpec(
+        # The full label also makes the task names of two identical
+        # transforms differ.
+        label=self.applied.full_label,
+        pickled_fn=pickler.dumps((transform.fn, args, kwargs)),
+        window_fn=window_fn.windowfn if window_fn else None,
+        side_views=views)
+    # The graph is written out rather than made by map_partitions: that
+    # wraps each Item argument in a finalizing copy of the Item's whole
+    # lineage, with keys of its own, and so computes the lineage again.
+    name = f'pardo-{dask.base.tokenize(spec, *items)}'
+    run = functools.partial(_run_bundle, spec)
+    tasks = {(name, index): Task(
+        (name, index), run, TaskRef((input_bag.name, index)),
+        *(TaskRef(item.key) for item in items))
+             for index in range(input_bag.npartitions)}
+    graph = HighLevelGraph.from_collections(
+        name, tasks, dependencies=[input_bag, *items])
+    return dask.bag.Bag(graph, name, input_bag.npartitions)
 
 
 @dataclasses.dataclass
@@ -132,6 +186,10 @@ def _is_main(item) -> bool:
 
 def _unwrap(item):
   return item.value
+
+
+def _concat(lists):
+  return [item for part in lists for item in part]
 
 
 class _BagBuilder(PipelineVisitor):
@@ -163,11 +221,10 @@ class _BagBuilder(PipelineVisitor):
     side_inputs = []
     for side_input in transform_node.side_inputs:
       self._consumed.add(side_input.pvalue)
-      side_inputs.append(SideInputMap(
-          type(side_input), side_input._view_options(),  # pylint: disable=protected-access
-          transform_evaluator.DaskBagWindowedIterator(
-              self._bags[side_input.pvalue],
-              side_input._window_mapping_fn)))  # pylint: disable=protected-access
+      view = (type(side_input), side_input._view_options(),  # pylint: disable=protected-access
+              side_input._window_mapping_fn)  # pylint: disable=protected-access
+      side_inputs.append((view, self._bags[side_input.pvalue].reduction(
+          list, _concat)))
     bag = op.apply(input_bag=input_bag, side_inputs=side_inputs or None)
     self._add_outputs(transform_node, op, bag)
 
@@ -190,6 +247,18 @@ class _BagBuilder(PipelineVisitor):
             if pcoll not in self._consumed]
 
 
+class _Result(dask_runner.DaskRunnerResult):
+  """Closes the runner's client once the pipeline is over, so that a
+  finished job keeps no connection to the scheduler."""
+
+  def wait_until_finish(self, duration=None):
+    try:
+      return super().wait_until_finish(duration)
+    finally:
+      if PipelineState.is_terminal(self.state):
+        self.client.close()
+
+
 class DaskRunner(dask_runner.DaskRunner):
   """Runs a pipeline on a dask.distributed cluster; see the module's doc."""
 
@@ -204,5 +273,9 @@ class DaskRunner(dask_runner.DaskRunner):
     pipeline.replace_all(overrides.dask_overrides())
     builder = _BagBuilder(bag_kwargs, partitions)
     pipeline.visit(builder)
-    futures = client.compute(dask.optimize(*builder.sinks()))
-    return dask_runner.DaskRunnerResult(client, futures)
+    # Unoptimized: dask optimizes each sink's graph on its own, fusing a
+    # transform that several sinks share into a differently named task in
+    # each, which then runs once per sink. Unoptimized, the sinks' graphs
+    # name a shared transform's tasks alike, and dask computes each once.
+    return _Result(client, client.compute(builder.sinks(),
+                                          optimize_graph=False))

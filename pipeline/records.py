@@ -89,8 +89,8 @@ def dead_letter(record: Dict, reason: str) -> Dict:
 
 
 # Count kinds: the first item of every count key.
-READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH = (
-    'read', 'written', 'rejected', 'label', 'length')
+READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH, DUPLICATE, BIN = (
+    'read', 'written', 'rejected', 'label', 'length', 'duplicate', 'bin')
 # Kinds shown as Beam counters; labels and lengths are stats, not progress.
 _METERED = (READ, WRITTEN, REJECTED_KIND)
 
@@ -127,6 +127,10 @@ class CountingDoFn(beam.DoFn):
   def count_label(self, split: str, label: str):
     self._counts[(LABEL, split, label)] += 1
 
+  def count_bin(self, histogram: str, index: int):
+    """One record in bin ``index`` of the histogram named ``histogram``."""
+    self._counts[(BIN, histogram, index)] += 1
+
   def count_lengths(self, lengths: Dict[int, int]):
     for length, count in lengths.items():
       self._counts[(LENGTH, length)] += count
@@ -155,6 +159,26 @@ class SumCounts(beam.CombineFn):
 
   def extract_output(self, accumulator):
     return dict(accumulator)
+
+
+def _duplicate_counts(id_and_count) -> Dict[tuple, int]:
+  return {(DUPLICATE, 'ids'): 1, (DUPLICATE, 'rows'): id_and_count[1] - 1}
+
+
+class CountDuplicateIds(beam.PTransform):
+  """Ids -> the count dicts of those seen more than once (Tally's
+  duplicate_ids and duplicate_rows), for WriteCounts.
+
+  Counting happens on the workers, keyed by id, like a GroupByKey: the
+  launcher never holds the ids.
+  """
+
+  def expand(self, ids):
+    return (ids
+            | 'CountIds' >> beam.combiners.Count.PerElement()
+            | 'Repeated' >> beam.Filter(lambda id_and_count:
+                                        id_and_count[1] > 1)
+            | 'DuplicateCounts' >> beam.Map(_duplicate_counts))
 
 
 def _counts_to_json(counts: Dict[tuple, int]) -> str:
@@ -188,6 +212,12 @@ class Tally:
   labels: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)
   # Documents per token length.
   lengths: Dict[int, int] = dataclasses.field(default_factory=dict)
+  # Ids found in more than one record read, and the records beyond the
+  # first of each (so read - duplicate_rows ids are distinct).
+  duplicate_ids: int = 0
+  duplicate_rows: int = 0
+  # Records per bin, by histogram name.
+  bins: Dict[str, Dict[int, int]] = dataclasses.field(default_factory=dict)
 
   @property
   def total_written(self) -> int:
@@ -220,7 +250,9 @@ class Tally:
   def from_counts(cls, counts: List[list]) -> 'Tally':
     """From the rows WriteCounts wrote: the key's items, then the count."""
     fields = dict(read=0, written={}, rejected_by_reason={},
-                  labels=collections.defaultdict(dict), lengths={})
+                  labels=collections.defaultdict(dict), lengths={},
+                  duplicate_ids=0, duplicate_rows=0,
+                  bins=collections.defaultdict(dict))
     for *key, count in counts:
       kind, rest = key[0], key[1:]
       if kind == READ:
@@ -233,10 +265,15 @@ class Tally:
         fields['labels'][rest[0]][rest[1]] = count
       elif kind == LENGTH:
         fields['lengths'][int(rest[0])] = count
+      elif kind == DUPLICATE:
+        fields[f'duplicate_{rest[0]}'] = count
+      elif kind == BIN:
+        fields['bins'][rest[0]][int(rest[1])] = count
     fields['rejected_by_reason'] = dict(
         sorted(fields['rejected_by_reason'].items()))
     fields['labels'] = {split: dict(sorted(by_label.items()))
                         for split, by_label in fields['labels'].items()}
+    fields['bins'] = dict(fields['bins'])
     return cls(**fields)
 
 

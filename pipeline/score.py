@@ -1,7 +1,7 @@
 """The scoring job: any corpus -> the exported model -> Parquet.
 
     python -m pipeline.score --input=GLOB --model_dir=DIR --output_dir=DIR
-        [--partition=dt=2026-11-21] [--keep_fields=a,b] [flags]
+        [--partition=dt=2026-11-21] [--keep_fields=a,b:column] [flags]
         [any Beam pipeline option]
 
 Reads any format of ``pipeline.readers``, scores every document with the
@@ -17,10 +17,11 @@ import argparse
 import dataclasses
 import datetime
 import logging
+import operator
 import posixpath
 import re
 import time
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import cli
+from pipeline import drift
 from pipeline import jobs
 from pipeline import kept_fields
 from pipeline import outputs
@@ -42,6 +44,12 @@ from schemas import serving
 from trainer import export
 
 _NAMESPACE = 'score'
+# The Tally names of the partition's predicted labels and confidence bins.
+_SCORED = 'scored'
+_CONFIDENCE = 'confidence'
+# The key of the answer RawTextModelHandler gives a document the model raised
+# on: the error, instead of scores.
+FAILED = 'failed'
 _CODECS = ('zstd', 'snappy', 'gzip', 'none')
 # One writer buffers this much before it writes a row group: row groups of
 # tens of MB read well in DuckDB, Spark and BigQuery without making every
@@ -64,7 +72,8 @@ def parse_args(argv):
                       'not write it, or it holds other partitions.')
   parser.add_argument('--keep_fields', default='',
                       help='Comma-separated input fields copied to each '
-                      'output row with their types.')
+                      'output row with their types; field:column names the '
+                      'column, e.g. label:true_label.')
   parser.add_argument('--batch_size', type=int, default=256,
                       help='Documents per model call.')
   parser.add_argument('--parquet_codec', choices=_CODECS, default='zstd')
@@ -85,6 +94,42 @@ def check_partition(partition: str) -> str:
           'dt=2026-11-21 (no spaces or wildcards, none starting with . or _ '
           f'or {scored.FILE_PREFIX}-)')
   return '/'.join(segments)
+
+
+# Kept fields: (input field, output column) pairs.
+KeptColumns = Tuple[Tuple[str, str], ...]
+# The column suggested for a kept field that clashes with an output column.
+_RENAMES = {scored.LABEL: 'true_label'}
+
+
+def parse_keep_fields(spec: str) -> KeptColumns:
+  """``--keep_fields`` as (input field, output column) pairs: ``field`` keeps
+  a field under its name, ``field:column`` under another; ValueError when an
+  item or the columns are malformed."""
+  pairs = []
+  for item in filter(None, (item.strip() for item in spec.split(','))):
+    field, colon, column = (part.strip() for part in item.partition(':'))
+    if not field or (colon and not column):
+      raise ValueError(f'bad --keep_fields item {item!r}: use field or '
+                       'field:column')
+    pairs.append((field, column or field))
+  columns = [column for _, column in pairs]
+  doubled = sorted({column for column in columns if columns.count(column) > 1})
+  if doubled:
+    raise ValueError(f'--keep_fields: two kept fields named {doubled[0]!r}')
+  return tuple(pairs)
+
+
+def check_kept_columns(kept: KeptColumns, label_names) -> None:
+  """ValueError, suggesting a rename, for a kept field that would take the
+  name of a column the job writes."""
+  taken = set(scored.output_columns(label_names))
+  for field, column in kept:
+    if column in taken:
+      rename = _RENAMES.get(column, f'input_{column}')
+      raise ValueError(
+          f'kept field {column!r} has the name of an output column; keep it '
+          f'under another name: use --keep_fields={field}:{rename}')
 
 
 # --------------------------------------------------------------------------
@@ -112,6 +157,22 @@ class RawTextModelHandler(inference.ModelHandler):
   def run_inference(self, batch: Sequence[Dict], model,
                     inference_args: Optional[Dict] = None
                     ) -> Iterable[inference.PredictionResult]:
+    """Scores ``batch``. When the model raises on it, its halves are scored
+    the same way, down to single documents: only a document the model
+    raises on alone is answered with ``FAILED``, for ToRows to reject."""
+    try:
+      return self._score(batch, model)
+    except Exception as error:  # pylint: disable=broad-except
+      if len(batch) == 1:
+        logging.warning('score: the model raised on document %r: %s',
+                        batch[0][raw.ID], error)
+        return [inference.PredictionResult(batch[0], {FAILED: str(error)})]
+    middle = len(batch) // 2
+    return (self.run_inference(batch[:middle], model) +
+            self.run_inference(batch[middle:], model))
+
+  def _score(self, batch: Sequence[Dict], model
+             ) -> List[inference.PredictionResult]:
     outputs = model(**{serving.TEXT: [r[raw.TEXT].encode('utf-8')
                                       for r in batch]})
     scored_at = datetime.datetime.now(datetime.timezone.utc)
@@ -144,10 +205,10 @@ class RawTextModelHandler(inference.ModelHandler):
 class Validate(records.CountingDoFn):
   """Counts every record read; bad ones go to the dead letters."""
 
-  def __init__(self, max_text_bytes: int, kept: pa.Schema):
+  def __init__(self, max_text_bytes: int, kept_types):
     super().__init__(_NAMESPACE)
     self._max_text_bytes = max_text_bytes
-    self._kept_types = [(field.name, field.type) for field in kept]
+    self._kept_types = kept_types  # (input field, Arrow type) pairs
 
   def process(self, record):
     self.count_read()
@@ -164,17 +225,26 @@ class Validate(records.CountingDoFn):
 
 
 class ToRows(records.CountingDoFn):
-  """Prediction results -> rows of the Parquet schema."""
+  """Prediction results -> rows of the Parquet schema; a document the model
+  failed on -> a dead letter."""
 
-  def __init__(self, label_names, model_version: int, kept: pa.Schema):
+  def __init__(self, label_names, model_version: int, kept: KeptColumns,
+               confidence_edges):
     super().__init__(_NAMESPACE)
     self._columns = scored.probability_columns(label_names)
     self._model_version = model_version
-    self._kept_names = kept.names
+    self._kept = kept
+    self._edges = confidence_edges
 
   def process(self, result: inference.PredictionResult):
-    self.count_written()
     record, scores = result.example, result.inference
+    if FAILED in scores:
+      yield self.reject(record, rejected.INFERENCE_FAILED)
+      return
+    self.count_written()
+    self.count_label(_SCORED, scores[serving.LABEL])
+    self.count_bin(_CONFIDENCE, drift.confidence_bin(
+        scores[serving.CONFIDENCE], self._edges))
     row = {
         scored.ID: record[raw.ID],
         scored.LABEL: scores[serving.LABEL],
@@ -183,13 +253,14 @@ class ToRows(records.CountingDoFn):
         scored.SCORED_AT: scores[scored.SCORED_AT],
     }
     row.update(zip(self._columns, scores[serving.PROBABILITIES]))
-    for name in self._kept_names:
-      row[name] = record[raw.KEPT][name]
+    for field, column in self._kept:
+      row[column] = record[raw.KEPT][field]
     yield row
 
 
 class RejectFailedBatches(records.CountingDoFn):
-  """A batch the model raised on: each of its documents is a dead letter."""
+  """A batch RunInference failed on outside the model calls that
+  RawTextModelHandler bisects: each of its documents is a dead letter."""
 
   def __init__(self):
     super().__init__(_NAMESPACE)
@@ -207,7 +278,8 @@ class Settings:
   partition: str         # '' for none
   pattern: str
   read_config: readers.ReadConfig
-  kept: pa.Schema        # the Arrow types of --keep_fields
+  kept: KeptColumns      # --keep_fields
+  kept_schema: pa.Schema  # their output columns, with the input's types
   export_dir: str
   metadata: Dict         # the export's metadata.json
   batch_size: int
@@ -217,62 +289,85 @@ class Settings:
   def label_names(self):
     return self.metadata['label_names']
 
+  @property
+  def confidence_edges(self):
+    """The reference's confidence bins, the default ones without it."""
+    reference = self.metadata.get(drift.REFERENCE)
+    return (reference['confidence_histogram']['edges'] if reference
+            else drift.CONFIDENCE_EDGES)
+
+  @property
+  def kept_types(self):
+    """(input field, Arrow type) of each kept field."""
+    return [(field, arrow_field.type) for (field, _), arrow_field in zip(
+        self.kept, self.kept_schema)]
+
 
 def settings_from_args(args) -> Settings:
   """The flags checked and the model loaded before anything runs; a
   JobError names what is wrong."""
-  keep_fields = tuple(f.strip() for f in args.keep_fields.split(',')
-                      if f.strip())
   try:
     if args.batch_size < 1:
       raise ValueError('--batch_size must be at least 1')
     partition = ('' if args.partition is None else
                  check_partition(args.partition))
-    pattern, fmt = readers.resolve_input(args.input, args.format)
-    config = readers.read_config_from_args(
-        args, format=fmt, label_field=None, keep_fields=keep_fields)
-    kept = kept_fields.schema(pattern, config)
     export_dir = export.resolve(args.model_dir)
     _, metadata = export.load(export_dir)
-    # Fails here, before the pipeline, on labels or kept fields that would
-    # give clashing Parquet columns.
-    scored.arrow_schema(metadata['label_names'], kept)
+    kept = parse_keep_fields(args.keep_fields)
+    check_kept_columns(kept, metadata['label_names'])
+    pattern, fmt = readers.resolve_input(args.input, args.format)
+    config = readers.read_config_from_args(
+        args, format=fmt, label_field=None,
+        keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
+    by_field = kept_fields.schema(pattern, config)
+    kept_schema = pa.schema([by_field.field(field).with_name(column)
+                             for field, column in kept])
+    # Fails here, before the pipeline, on labels that would give clashing
+    # Parquet columns.
+    scored.arrow_schema(metadata['label_names'], kept_schema)
   except (ValueError, export.ExportError) as error:  # ReaderError is one
     raise cli.JobError(str(error)) from error
   return Settings(args.output_dir, partition, pattern, config, kept,
-                  export_dir, metadata, args.batch_size, args.parquet_codec)
+                  kept_schema, export_dir, metadata, args.batch_size,
+                  args.parquet_codec)
 
 
 def build_pipeline(pipeline, settings: Settings, staging: str):
   """Adds the scoring steps to ``pipeline``, writing under ``staging``."""
-  checked = (pipeline
-             | 'Read' >> readers.ReadRecords(settings.pattern,
-                                             settings.read_config)
+  read = pipeline | 'Read' >> readers.ReadRecords(settings.pattern,
+                                                 settings.read_config)
+  duplicates = (read
+                | 'Ids' >> beam.Map(operator.itemgetter(raw.ID))
+                | 'Duplicates' >> records.CountDuplicateIds())
+  checked = (read
              | 'Validate' >> beam.ParDo(Validate(
                  settings.read_config.max_text_bytes,
-                 settings.kept)).with_outputs(
+                 settings.kept_types)).with_outputs(
                      records.REJECTED, records.STATS, main='documents'))
   results, failures = (
       checked.documents
       | 'RunInference' >> inference.RunInference(RawTextModelHandler(
           settings.export_dir, settings.batch_size)).with_exception_handling())
   rows = results | 'ToRows' >> beam.ParDo(ToRows(
-      settings.label_names, settings.metadata['version'],
-      settings.kept)).with_outputs(records.STATS, main='rows')
+      settings.label_names, settings.metadata['version'], settings.kept,
+      settings.confidence_edges)).with_outputs(
+          records.REJECTED, records.STATS, main='rows')
   failed = failures.failed_inferences | 'RejectFailed' >> beam.ParDo(
       RejectFailedBatches()).with_outputs(records.REJECTED, records.STATS)
 
   _ = rows.rows | 'WriteParquet' >> beam.io.WriteToParquet(
       posixpath.join(staging, scored.FILE_PREFIX),
-      schema=scored.arrow_schema(settings.label_names, settings.kept),
+      schema=scored.arrow_schema(settings.label_names, settings.kept_schema),
       codec=settings.codec,
       row_group_buffer_size=_ROW_GROUP_BYTES,
       file_name_suffix=scored.FILE_SUFFIX)
-  _ = ((checked[records.REJECTED], failed[records.REJECTED])
+  _ = ((checked[records.REJECTED], rows[records.REJECTED],
+        failed[records.REJECTED])
        | 'AllRejected' >> beam.Flatten()
        | 'Rejected' >> records.WriteDeadLetters(
            posixpath.join(staging, rejected.DIR)))
-  _ = ((checked[records.STATS], rows[records.STATS], failed[records.STATS])
+  _ = ((checked[records.STATS], rows[records.STATS], failed[records.STATS],
+        duplicates)
        | 'AllCounts' >> beam.Flatten()
        | 'Counts' >> records.WriteCounts(staging))
 
@@ -290,6 +385,31 @@ def _inference_metrics(result) -> Dict:
       found['batches'] = distribution.committed.count
       found['inference_seconds'] = distribution.committed.sum / 1e6
   return found
+
+
+def partition_drift(settings: Settings, tally: records.Tally) -> Dict:
+  """The partition's label shares and confidence histogram against the
+  export's reference (``pipeline.drift``)."""
+  current = drift.distribution(
+      settings.label_names, tally.labels.get(_SCORED, {}),
+      tally.bins.get(_CONFIDENCE, {}), settings.confidence_edges)
+  return drift.compare(current, settings.metadata.get(drift.REFERENCE))
+
+
+def write_drift_report(staging: str, drift_section: Dict) -> None:
+  """``_report.png`` where matplotlib is installed (on the launcher: the
+  workers need no plotting); a warning when the drift alert is raised."""
+  if drift_section['alert']:
+    logging.warning(
+        'score: predictions drifted from the eval split: PSI %.3f on label '
+        'shares, %.3f on confidence (alert over %.1f)',
+        drift_section['psi']['labels'], drift_section['psi']['confidence'],
+        drift.PSI_ALERT)
+  image = drift.plot(drift_section)
+  if image:
+    with FileSystems.create(posixpath.join(staging, scored.REPORT_FILE),
+                            mime_type='image/png') as handle:
+      handle.write(image)
 
 
 def _utc_now() -> str:
@@ -313,8 +433,11 @@ def manifest(args, settings: Settings, tally: records.Tally, result,
           'scored': tally.total_written,
           'rejected': tally.rejected,
           'rejected_by_reason': tally.rejected_by_reason,
+          'duplicate_ids': tally.duplicate_ids,
+          'duplicate_rows': tally.duplicate_rows,
       },
       'inference': _inference_metrics(result),
+      'drift': partition_drift(settings, tally),
       'files': files,
       'started_at': started_at,
       'finished_at': _utc_now(),
@@ -339,18 +462,24 @@ def check_row_count(staging: str, files: Sequence[str], scored_count: int):
 # no file of it may match the input pattern.
 LAYOUT = outputs.Layout(
     contents=(scored.FILE_PATTERN, rejected.FILE_PATTERN,
-              scored.MANIFEST_FILE, outputs.SUCCESS_MARKER),
+              scored.MANIFEST_FILE, scored.REPORT_FILE,
+              outputs.SUCCESS_MARKER),
     markers=(outputs.SUCCESS_MARKER, scored.MANIFEST_FILE))
 
 
 def log_summary(written: Dict, seconds: float, final_dir: str) -> None:
+  """One line for the run; a warning when the input repeats ids."""
   counts = written['counts']
-  logging.info(
-      'score: read %d documents in %.1f s (%.0f/s) -> scored %d, rejected %d%s;'
-      ' model version %s; output %s', counts['read'], seconds,
+  duplicates = (f'; {counts["duplicate_ids"]} duplicate ids '
+                f'({counts["duplicate_rows"]} records beyond their first)'
+                if counts['duplicate_ids'] else '')
+  logging.log(
+      logging.WARNING if duplicates else logging.INFO,
+      'score: read %d documents in %.1f s (%.0f/s) -> scored %d, rejected %d%s'
+      '%s; model version %s; output %s', counts['read'], seconds,
       counts['read'] / seconds, counts['scored'], counts['rejected'], ''.join(
           f', {n} {reason}'
-          for reason, n in counts['rejected_by_reason'].items()),
+          for reason, n in counts['rejected_by_reason'].items()), duplicates,
       written['model_version'], final_dir)
 
 
@@ -370,6 +499,7 @@ def run(argv=None):
     written = manifest(args, settings, tally, result, staging, started_at)
     check_row_count(staging, written['files'], tally.total_written)
     outputs.write_json(posixpath.join(staging, scored.MANIFEST_FILE), written)
+    write_drift_report(staging, written['drift'])
     outputs.mark_finished(staging)
     output.publish()
   log_summary(written, time.time() - started, output.final_dir)

@@ -3,7 +3,8 @@
 One row a scored document. The probability of each class has a column of its
 own, so that a SQL user reads any class's probability without a join or a
 second file: ``probability_<label>``. Fields passed through with
-``--keep_fields`` follow, with the types they had in the input.
+``--keep_fields`` follow, with the types they had in the input, under their
+own names or those ``--keep_fields=field:column`` gives them.
 """
 import re
 from typing import List
@@ -24,6 +25,8 @@ PROBABILITY_PREFIX = 'probability_'
 # ``_SUCCESS`` marker, the dead letters' folder) so that dataset readers
 # (pyarrow, pandas, Spark, Hive) skip it and see only Parquet rows.
 MANIFEST_FILE = '_manifest.json'
+# The partition's score distributions beside the model's, as a picture.
+REPORT_FILE = '_report.png'
 # The data files: part-SSSSS-of-NNNNN.parquet.
 FILE_SUFFIX = '.parquet'
 FILE_PREFIX = 'part'
@@ -44,13 +47,8 @@ def probability_columns(label_names: List[str]) -> List[str]:
   return columns
 
 
-def arrow_schema(label_names: List[str], kept: pa.Schema) -> pa.Schema:
-  """The Parquet schema for a model's labels and the kept input fields.
-
-  Raises ValueError when labels give clashing column names or a kept field
-  has the name of an output column.
-  """
-  fields = [
+def _output_fields(label_names: List[str]) -> List[pa.Field]:
+  return [
       pa.field(ID, pa.string(), nullable=False),
       pa.field(LABEL, pa.string(), nullable=False),
       pa.field(CONFIDENCE, pa.float32(), nullable=False),
@@ -59,6 +57,20 @@ def arrow_schema(label_names: List[str], kept: pa.Schema) -> pa.Schema:
       pa.field(MODEL_VERSION, pa.int64(), nullable=False),
       pa.field(SCORED_AT, pa.timestamp('us', tz='UTC'), nullable=False),
   ]
+
+
+def output_columns(label_names: List[str]) -> List[str]:
+  """The columns the job writes for a model's labels, before kept fields."""
+  return [field.name for field in _output_fields(label_names)]
+
+
+def arrow_schema(label_names: List[str], kept: pa.Schema) -> pa.Schema:
+  """The Parquet schema for a model's labels and the kept input fields.
+
+  Raises ValueError when labels give clashing column names or a kept field
+  has the name of an output column.
+  """
+  fields = _output_fields(label_names)
   taken = {field.name for field in fields}
   clashes = [name for name in kept.names if name in taken]
   if clashes:

@@ -1,5 +1,6 @@
 """Shared fixtures and helpers: the dataset cache, fetched corpora, a job
 runner, JSONL input and dead-letter output."""
+import contextlib
 import glob
 import json
 import os
@@ -18,14 +19,29 @@ from pipeline import jobs
 from schemas import rejected
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-DATASET_CACHE = pathlib.Path(
-    os.environ.get('DATASET_CACHE', REPO.parent / 'shared' / 'datasets'))
+_SHARED_DATASETS = REPO.parent / 'shared' / 'datasets'
+# The registry files, as the Makefile finds them: $DATASET_CACHE, else the
+# shared copy beside the clone, else data/cache, which `make run` fills.
+DATASET_CACHE = pathlib.Path(os.environ.get('DATASET_CACHE') or (
+    _SHARED_DATASETS if _SHARED_DATASETS.is_dir() else REPO / 'data' / 'cache'))
 
 
-def require_cache():
-  if not (DATASET_CACHE / 'SHA256SUMS').exists():
-    pytest.skip(f'no dataset cache at {DATASET_CACHE} (set DATASET_CACHE)')
-  return str(DATASET_CACHE)
+def registry_file(name: str) -> str:
+  """The verified registry file of corpus ``name``: from the dataset cache,
+  else downloaded into it once (kept for later runs); the test is skipped,
+  with the reason, when it is in neither the cache nor the registry."""
+  from pipeline import datasets
+  artifact = datasets.DATASETS[name].artifact
+  with contextlib.suppress(OSError):  # a read-only cache is used as it is
+    DATASET_CACHE.mkdir(parents=True, exist_ok=True)
+  try:
+    return datasets.locate(artifact, str(DATASET_CACHE))
+  except datasets.DatasetError as error:
+    if (DATASET_CACHE / artifact.filename).exists():
+      raise  # a corrupt cached file is an error, not a reason to skip
+    pytest.skip(f'{artifact.filename} is not in the dataset cache '
+                f'{DATASET_CACHE} (set DATASET_CACHE) and fetching it '
+                f'failed: {error}')
 
 
 @pytest.fixture(scope='session')
@@ -37,7 +53,8 @@ def corpora(tmp_path_factory):
 
   def get(name):
     if name not in fetched:
-      fetched[name] = datasets.fetch(name, str(dest), require_cache())
+      cache = os.path.dirname(registry_file(name))
+      fetched[name] = datasets.fetch(name, str(dest), cache)
     return fetched[name]
   return get
 

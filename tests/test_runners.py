@@ -3,20 +3,26 @@ clean virtual environment, Beam's portable job service with an EXTERNAL
 worker pool (the way Flink and Spark run Python workers), and a
 dask.distributed cluster through Beam's DaskRunner."""
 import contextlib
+import functools
 import glob
+import json
 import os
 import socket
 import subprocess
 import sys
 import sysconfig
 import time
+import uuid
 
+import distributed
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline import preprocess
 from pipeline import score
+from schemas import raw
 from schemas import scored
 from tests.conftest import REPO
 from tests.conftest import dead_letters
@@ -150,15 +156,18 @@ def test_preprocess_on_the_portable_runner(portable_runner, tmp_path):
   assert glob.glob(str(tmp_path / 'pre' / 'train-*.tfrecord.gz'))
 
 
-def score_on_and_off(runner_args, trained, tmp_path, rows):
-  """Scores the same corpus on a runner and on the default one; checks that
-  they agree and returns the runner's manifest."""
+def score_on_and_off(runner_args, trained, tmp_path, rows,
+                     on_runner=contextlib.nullcontext()):
+  """Scores the same corpus on a runner (inside the context ``on_runner``)
+  and on the default one; checks that they agree and returns the runner's
+  manifest."""
   model_dir, _, _ = trained
   corpus = write_jsonl(tmp_path / 'docs.jsonl', rows)
   common = [f'--input={corpus}', f'--model_dir={model_dir}',
             '--batch_size=16']
-  ours = score.run(common + [f'--output_dir={tmp_path / "runner"}',
-                             *runner_args])
+  with on_runner:
+    ours = score.run(common + [f'--output_dir={tmp_path / "runner"}',
+                               *runner_args])
   default = score.run(common + [f'--output_dir={tmp_path / "default"}'])
   assert ours['counts'] == default['counts']
   assert_same_scores(scored_rows(tmp_path / 'runner'),
@@ -174,24 +183,91 @@ def test_score_on_the_portable_runner(portable_runner, trained, tmp_path):
   assert manifest['counts']['scored'] == 60
 
 
-@pytest.fixture(scope='module')
-def dask_cluster():
-  """A dask.distributed scheduler and two single-threaded worker processes."""
+class CountingModelHandler(score.RawTextModelHandler):
+  """Leaves a file a model call, naming its documents, in a folder every
+  worker process shares: how often each document was scored."""
+
+  def __init__(self, export_dir, batch_size, calls_dir):
+    super().__init__(export_dir, batch_size)
+    self._calls_dir = calls_dir
+
+  def run_inference(self, batch, model, inference_args=None):
+    with open(os.path.join(self._calls_dir, uuid.uuid4().hex), 'w',
+              encoding='utf-8') as handle:
+      json.dump([record[raw.ID] for record in batch], handle)
+    return super().run_inference(batch, model, inference_args)
+
+
+@contextlib.contextmanager
+def counting_model_calls(calls_dir):
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(score, 'RawTextModelHandler', functools.partial(
+        CountingModelHandler, calls_dir=str(calls_dir)))
+    yield
+
+
+def scored_ids(calls_dir):
+  ids = []
+  for name in os.listdir(calls_dir):
+    with open(os.path.join(calls_dir, name), encoding='utf-8') as handle:
+      ids.extend(json.load(handle))
+  return sorted(ids)
+
+
+def assert_each_document_once(output_dir, ids):
+  """What any reader of the folder sees: every Parquet file below it, as a
+  recursive glob or a pyarrow dataset finds them, holds each id once."""
+  everything = glob.glob(f'{output_dir}/**', recursive=True)
+  assert not [path for path in everything if 'beam-temp' in path]
+  files = [path for path in everything if path.endswith('.parquet')]
+  table = pa.concat_tables(pq.read_table(path) for path in files)
+  assert table.num_rows == len(ids)
+  assert sorted(table.column(scored.ID).to_pylist()) == sorted(ids)
+  found = ds.dataset(str(output_dir), format='parquet',
+                     exclude_invalid_files=True).to_table()
+  assert found.num_rows == len(ids)
+
+
+# Two layouts of two single-threaded worker processes: two `dask worker`
+# commands, and one command that starts both.
+DASK_WORKERS = {
+    'two-workers': [['--nworkers=1'], ['--nworkers=1']],
+    'one-worker-two-processes': [['--nworkers=2']],
+}
+
+
+@pytest.fixture(scope='module', params=sorted(DASK_WORKERS))
+def dask_cluster(request):
+  """A dask.distributed scheduler and two single-threaded worker processes,
+  all connected before the fixture returns."""
   port = free_port()
-  with running([sys.executable, '-m', 'distributed.cli.dask_scheduler',
-                '--host=127.0.0.1', f'--port={port}', '--no-dashboard'],
-               port), running(
-                   [sys.executable, '-m', 'distributed.cli.dask_worker',
-                    f'tcp://127.0.0.1:{port}', '--nworkers=2', '--nthreads=1',
-                    '--no-dashboard'], port, cwd=REPO):
+  address = f'127.0.0.1:{port}'
+  with contextlib.ExitStack() as stack:
+    stack.enter_context(running(
+        [sys.executable, '-m', 'distributed.cli.dask_scheduler',
+         '--host=127.0.0.1', f'--port={port}', '--no-dashboard'], port))
+    for worker_args in DASK_WORKERS[request.param]:
+      stack.enter_context(running(
+          [sys.executable, '-m', 'distributed.cli.dask_worker',
+           f'tcp://{address}', '--nthreads=1', '--no-dashboard',
+           *worker_args], port, cwd=REPO))
+    with distributed.Client(address) as client:
+      client.wait_for_workers(2, timeout=120)
     yield ['--runner=pipeline.dask_runner.DaskRunner',
-           f'--dask_client_address=127.0.0.1:{port}']
+           f'--dask_client_address={address}']
 
 
-def test_score_on_dask_matches_the_direct_runner(dask_cluster, trained,
+def test_score_on_dask_writes_each_document_once(dask_cluster, trained,
                                                  tmp_path):
+  rows = synthetic_reviews(300, 3)
+  calls = tmp_path / 'calls'
+  calls.mkdir()
   manifest = score_on_and_off(dask_cluster, trained, tmp_path,
-                              synthetic_reviews(60, 3) +
-                              [{'id': 'bad', 'text': ''}])
-  assert manifest['counts']['scored'] == 60
+                              rows + [{'id': 'bad', 'text': ''}],
+                              on_runner=counting_model_calls(calls))
+  ids = [row['id'] for row in rows]
+  assert manifest['counts']['scored'] == len(rows)
   assert manifest['counts']['rejected'] == 1
+  assert_each_document_once(tmp_path / 'runner', ids)
+  # One model call a document, on the Dask run (the only one counted).
+  assert scored_ids(calls) == sorted(ids)

@@ -1,6 +1,7 @@
 """The scoring job: Parquet out, RunInference, partitions, bad input, faults."""
 import functools
 import json
+import logging
 import os
 import pathlib
 import re
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import cli
+from pipeline import drift
 from pipeline import kept_fields
 from pipeline import outputs
 from pipeline import readers
@@ -31,6 +33,7 @@ from pipeline import score
 from schemas import raw
 from schemas import rejected
 from schemas import scored
+from schemas import serving
 from tests import s3
 from tests.conftest import REPO
 from tests.conftest import beam_pipeline
@@ -178,6 +181,45 @@ def test_dataset_readers_see_only_the_scored_rows(scored_run):
   assert sorted(r[0] for r in duckdb.sql(
       f"SELECT id FROM read_parquet('{output_dir}/*/*.parquet')").fetchall()
                ) == ids
+
+
+def test_export_carries_the_eval_split_reference(trained):
+  _, metadata = export.load(str(trained[0]))
+  reference = metadata[drift.REFERENCE]
+  assert reference['documents'] == 200  # the eval split
+  assert sorted(reference['label_shares']) == ['neg', 'pos']
+  assert sum(reference['label_shares'].values()) == pytest.approx(1.0)
+  histogram = reference['confidence_histogram']
+  assert histogram['edges'] == list(drift.CONFIDENCE_EDGES)
+  assert sum(histogram['shares']) == pytest.approx(1.0)
+
+
+def test_partition_drift_in_the_manifest_and_its_report(scored_run):
+  rows, _, output_dir, manifest = scored_run
+  report = manifest['drift']
+  assert report['partition']['documents'] == len(rows)
+  assert sum(report['partition']['label_shares'].values()) == pytest.approx(
+      1.0)
+  assert report['reference']['documents'] == 200
+  # The same kind of reviews as the eval split, half of each label.
+  assert report['psi']['labels'] < drift.PSI_ALERT
+  assert report['alert'] == (report['psi']['confidence'] > drift.PSI_ALERT)
+  image = output_dir / 'dt=2026-11-21' / scored.REPORT_FILE
+  assert image.read_bytes().startswith(b'\x89PNG')
+
+
+def test_a_shifted_partition_raises_the_drift_alert(trained, tmp_path,
+                                                    caplog):
+  model_dir, _, _ = trained
+  corpus = tmp_path / 'positive.jsonl'
+  write_jsonl(corpus, [row for row in synthetic_reviews(120, 14)
+                        if row['label'] == 'pos'])
+  with caplog.at_level(logging.WARNING):
+    manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores'))
+  assert manifest['drift']['psi']['labels'] > drift.PSI_ALERT
+  assert manifest['drift']['alert']
+  assert any('drifted' in record.getMessage() for record in caplog.records
+             if record.levelno == logging.WARNING)
 
 
 def test_rerun_replaces_the_partition_whole(trained, tmp_path):
@@ -331,6 +373,61 @@ def test_a_batch_the_model_raises_on_becomes_dead_letters(trained, tmp_path,
       set(texts) - set(failed))
 
 
+POISON = 'poison-pill'
+
+
+class PoisonedModelHandler(score.RawTextModelHandler):
+  """The real model, made to raise on any batch that holds a document with
+  the poison in its text: a document the model cannot take."""
+
+  def load_model(self):
+    signature = super().load_model()
+
+    def model(**inputs):
+      if any(POISON.encode() in text for text in inputs[serving.TEXT]):
+        raise ValueError('poisoned batch')
+      return signature(**inputs)
+    return model
+
+
+def test_a_failing_batch_is_bisected_to_the_failing_document(
+    trained, tmp_path, monkeypatch):
+  model_dir, _, _ = trained
+  rows = corpus_rows(32, 11)
+  rows[13]['text'] += f' {POISON}'
+  corpus = tmp_path / 'corpus.jsonl'
+  write_jsonl(corpus, rows)
+  monkeypatch.setattr(score, 'RawTextModelHandler', PoisonedModelHandler)
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores'))
+  assert manifest['counts']['scored'] == 31
+  assert manifest['counts']['rejected_by_reason'] == {
+      rejected.INFERENCE_FAILED: 1}
+  assert [d[rejected.ID] for d in dead_letters(tmp_path / 'scores')] == [
+      rows[13]['id']]
+  table, _ = read_partition(tmp_path / 'scores')
+  assert sorted(table.column(scored.ID).to_pylist()) == sorted(
+      row['id'] for i, row in enumerate(rows) if i != 13)
+
+
+def test_duplicate_ids_are_counted_and_logged(trained, tmp_path, caplog):
+  model_dir, _, _ = trained
+  rows = corpus_rows(20, 12)
+  for index in (1, 2, 3):
+    rows[index]['id'] = 'twice-a'
+  rows[4]['id'] = rows[5]['id'] = 'twice-b'
+  corpus = tmp_path / 'corpus.jsonl'
+  write_jsonl(corpus, rows)
+  with caplog.at_level(logging.WARNING):
+    manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores'))
+  # Two ids seen more than once, in three records beyond their first.
+  assert manifest['counts']['duplicate_ids'] == 2
+  assert manifest['counts']['duplicate_rows'] == 3
+  assert manifest['counts']['scored'] == 20
+  assert any('2 duplicate ids' in record.getMessage()
+             for record in caplog.records
+             if record.levelno == logging.WARNING)
+
+
 def test_job_level_faults(trained, tmp_path):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
@@ -356,6 +453,16 @@ def test_job_level_faults(trained, tmp_path):
       # Its dead letters would be read back by every rerun.
       'is inside the input': score_args(tmp_path / '**' / '*.jsonl',
                                         model_dir, output_dir),
+
+
+      'use --keep_fields=label:true_label': score_args(
+          corpus, model_dir, output_dir, '--keep_fields=label'),
+      'use --keep_fields=stars:input_confidence': score_args(
+          corpus, model_dir, output_dir, '--keep_fields=stars:confidence'),
+      'bad --keep_fields item': score_args(
+          corpus, model_dir, output_dir, '--keep_fields=stars:'),
+      'two kept fields named': score_args(
+          corpus, model_dir, output_dir, '--keep_fields=stars:x,id:x'),
   }
   for message, args in faults.items():
     with pytest.raises(cli.JobError, match=message):
@@ -365,6 +472,28 @@ def test_job_level_faults(trained, tmp_path):
   assert process.returncode == 2
   errors = [l for l in process.stderr.splitlines() if l.startswith('error:')]
   assert len(errors) == 1 and 'no exported model' in errors[0]
+
+
+def test_true_label_kept_beside_the_prediction(trained, tmp_path):
+  """A labelled corpus scored with its label kept as another column: what a
+  user needs to measure the model on new data."""
+  model_dir, _, _ = trained
+  rows = synthetic_reviews(60, 10)
+  corpus = tmp_path / 'labelled.jsonl'
+  write_jsonl(corpus, rows)
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
+                                  '--keep_fields=label:true_label,split'))
+  table, _ = read_partition(tmp_path / 'scores')
+  assert table.schema.remove_metadata() == scored.arrow_schema(
+      manifest['label_names'],
+      pa.schema([('true_label', pa.string()), ('split', pa.string())]))
+  by_id = {row[scored.ID]: row for row in table.to_pylist()}
+  assert {i: row['true_label'] for i, row in by_id.items()} == {
+      row['id']: row['label'] for row in rows}
+  assert {row['split'] for row in by_id.values()} == {'test'}
+  agree = sum(row['true_label'] == row[scored.LABEL]
+              for row in by_id.values())
+  assert agree >= 0.8 * len(rows)
 
 
 def test_partition_names_are_checked():

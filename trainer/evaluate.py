@@ -15,6 +15,7 @@ from matplotlib import ticker  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
 
+from pipeline import drift  # pylint: disable=wrong-import-position
 from schemas import raw  # pylint: disable=wrong-import-position
 from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
@@ -173,5 +174,8 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData,
   signature, metadata = export.load(export_dir)
   labels, probabilities = predict_eval_split(signature, data)
   metrics = classification_metrics(labels, probabilities, data.label_names)
+  # What the scoring job measures each partition's drift against.
+  export.add_metadata(export_dir, {drift.REFERENCE: drift.reference(
+      data.label_names, probabilities)})
   write_report(model_dir, metrics, metadata)
   return metrics

@@ -4,7 +4,8 @@ A SavedModel in TF Serving's layout, ``<model_dir>/export/<version>/``, whose
 ``serving_default`` signature takes a batch of raw strings. The TFT transform
 graph is inside it, so serving tokenizes exactly as training did and the
 export keeps working after the preprocessing output is deleted. Metadata
-(version, label names, parameters, data stats) is saved beside the graph in
+(version, label names, parameters, data stats, and once evaluated the eval
+split's prediction distribution, ``reference``) is saved beside the graph in
 ``assets.extra/metadata.json``.
 """
 import json
@@ -79,6 +80,18 @@ def export(model, tft_output, label_names: List[str], model_dir: str,
 def _missing_files(folder: str) -> List[str]:
   return [name for name in ('saved_model.pb', METADATA_FILE)
           if not tf.io.gfile.exists(posixpath.join(folder, name))]
+
+
+def add_metadata(export_dir: str, sections: Dict) -> None:
+  """Adds ``sections`` to an export's metadata, such as what its evaluation
+  found; the file is replaced by a rename, never seen half-written."""
+  path = posixpath.join(export_dir, METADATA_FILE)
+  with tf.io.gfile.GFile(path) as handle:
+    metadata = json.load(handle)
+  metadata.update(sections)
+  with tf.io.gfile.GFile(path + '.tmp', 'w') as out:
+    json.dump(metadata, out, indent=2, sort_keys=True)
+  tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
 
 
 def resolve(model_dir: str) -> str:

@@ -1,0 +1,152 @@
+"""Score drift: how a partition's predictions differ from the eval split's.
+
+The trainer stores a reference in the export's metadata: the label shares
+and the confidence histogram of the export's predictions on the eval split.
+The scoring job counts the same for each partition and compares the two with
+the population stability index,
+
+    PSI = sum over bins of (share - reference) * ln(share / reference),
+
+over the label shares and over the confidence histogram. A PSI over 0.2 (the
+usual threshold for a significant shift) raises the manifest's alert.
+
+Plain Python and numpy: the trainer and the scoring job's launcher import it.
+"""
+import bisect
+import collections
+import io
+import logging
+import math
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+# The section of the export's metadata with the eval split's distribution.
+REFERENCE = 'reference'
+# Ten bins of confidence over [0, 1]; a reference carries its own edges, so
+# that a partition is always binned as its reference was.
+CONFIDENCE_EDGES = tuple(round(i / 10, 1) for i in range(11))
+PSI_ALERT = 0.2
+# The share an empty bin counts for, so that the PSI stays finite: about one
+# document in ten thousand.
+_EMPTY_SHARE = 1e-4
+
+
+def confidence_bin(confidence: float, edges: Sequence[float]) -> int:
+  """The bin of ``confidence``; 1.0 falls in the last one."""
+  return min(max(bisect.bisect_right(edges, confidence) - 1, 0),
+             len(edges) - 2)
+
+
+def distribution(label_names: List[str], labels: Dict[str, int],
+                 bins: Dict[int, int], edges: Sequence[float]) -> Dict:
+  """Label shares and confidence histogram from counts of documents by
+  predicted label and by confidence bin."""
+  documents = sum(labels.values())
+
+  def share(count):
+    return count / documents if documents else 0.0
+
+  return {
+      'documents': documents,
+      'label_shares': {name: share(labels.get(name, 0))
+                       for name in label_names},
+      'confidence_histogram': {
+          'edges': list(edges),
+          'shares': [share(bins.get(index, 0))
+                     for index in range(len(edges) - 1)],
+      },
+  }
+
+
+def reference(label_names: List[str], probabilities: np.ndarray,
+              edges: Sequence[float] = CONFIDENCE_EDGES) -> Dict:
+  """The distribution of a model's predictions (rows of class
+  probabilities), for the export's metadata."""
+  labels = collections.Counter(
+      label_names[index] for index in probabilities.argmax(axis=1))
+  bins = collections.Counter(confidence_bin(confidence, edges)
+                             for confidence in probabilities.max(axis=1))
+  return distribution(label_names, labels, bins, edges)
+
+
+def psi_terms(shares: Sequence[float],
+              reference_shares: Sequence[float]) -> List[float]:
+  """Each bin's part of the population stability index."""
+  terms = []
+  for actual, expected in zip(shares, reference_shares):
+    actual, expected = max(actual, _EMPTY_SHARE), max(expected, _EMPTY_SHARE)
+    terms.append((actual - expected) * math.log(actual / expected))
+  return terms
+
+
+def compare(current: Dict, reference_distribution: Optional[Dict]) -> Dict:
+  """The manifest's drift section: both distributions, their PSIs and
+  whether one is over PSI_ALERT. Without a reference (an export older than
+  the reference, or an empty partition) there is nothing to compare."""
+  drift = {'partition': current, 'reference': reference_distribution,
+           'psi': None, 'alert': False, 'alert_threshold': PSI_ALERT}
+  if not reference_distribution or not current['documents']:
+    return drift
+  names = list(current['label_shares'])
+  by_label = psi_terms(
+      [current['label_shares'][name] for name in names],
+      [reference_distribution['label_shares'].get(name, 0.0)
+       for name in names])
+  confidence = psi_terms(
+      current['confidence_histogram']['shares'],
+      reference_distribution['confidence_histogram']['shares'])
+  drift['psi'] = {
+      'labels': sum(by_label),
+      'by_label': dict(zip(names, by_label)),
+      'confidence': sum(confidence),
+  }
+  drift['alert'] = max(sum(by_label), sum(confidence)) > PSI_ALERT
+  return drift
+
+
+def plot(drift: Dict) -> Optional[bytes]:
+  """A PNG of the partition's distributions beside the reference's; None,
+  with a logged note, where matplotlib (the trainer extra) is missing."""
+  try:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use('Agg')  # files only, no display
+    from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    logging.info('drift: no matplotlib here (the trainer extra), so no '
+                 'report image; the manifest has the figures')
+    return None
+  figure, axes = pyplot.subplots(1, 2, figsize=(10, 4))
+  _draw(drift, *axes)
+  figure.tight_layout()
+  buffer = io.BytesIO()
+  figure.savefig(buffer, format='png', dpi=100)
+  pyplot.close(figure)
+  return buffer.getvalue()
+
+
+def _draw(drift: Dict, label_axes, confidence_axes) -> None:
+  """Bars of label shares and of confidence bins, a colour for each side."""
+  sides = [('partition', drift['partition'])]
+  if drift['reference']:
+    sides.append(('eval split', drift['reference']))
+  width = 0.8 / len(sides)
+  for offset, (name, side) in enumerate(sides):
+    shares = list(side['label_shares'].values())
+    label_axes.bar(np.arange(len(shares)) + offset * width, shares, width,
+                   label=name)
+    shares = side['confidence_histogram']['shares']
+    confidence_axes.bar(np.arange(len(shares)) + offset * width, shares,
+                        width, label=name)
+  names = list(drift['partition']['label_shares'])
+  label_axes.set_xticks(np.arange(len(names)) + width / 2, names)
+  edges = drift['partition']['confidence_histogram']['edges']
+  confidence_axes.set_xticks(np.arange(len(edges) - 1) + width / 2,
+                             [f'{low:.1f}' for low in edges[:-1]])
+  psi = drift['psi'] or {}
+  for axes, title, key in ((label_axes, 'predicted label', 'labels'),
+                           (confidence_axes, 'confidence', 'confidence')):
+    axes.set_title(f'{title} (PSI {psi[key]:.3f})' if key in psi else title)
+    axes.set_ylabel('share of documents')
+    axes.legend()
+  confidence_axes.set_xlabel('bins from')
