@@ -361,7 +361,8 @@ def test_a_batch_the_model_raises_on_becomes_dead_letters(trained, tmp_path,
   assert 'poison' in failed and len(failed) == 8
   assert manifest['counts'] == {
       'read': 40, 'scored': 32, 'rejected': 8,
-      'rejected_by_reason': {rejected.INFERENCE_FAILED: 8}}
+      'rejected_by_reason': {rejected.INFERENCE_FAILED: 8},
+      'duplicate_ids': 0, 'duplicate_rows': 0}
   texts = {row['id']: row['text'] for row in rows}
   assert dead_letters(tmp_path / 'scores') == sorted((
       {rejected.ID: record_id, rejected.SOURCE: str(corpus),
@@ -552,8 +553,8 @@ def test_publishing_drops_leftovers_and_checks_the_row_count(
   score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=1'))
   partition = output_dir / 'dt=1'
   assert sorted(os.listdir(partition)) == sorted(
-      [outputs.SUCCESS_MARKER, scored.MANIFEST_FILE, *read_partition(
-          partition)[1]])
+      [outputs.SUCCESS_MARKER, scored.MANIFEST_FILE, scored.REPORT_FILE,
+       *read_partition(partition)[1]])
   assert len(pd.read_parquet(partition)) == 40
   before = sorted(os.listdir(partition))
 
@@ -640,8 +641,8 @@ def test_readers_of_the_output_folder_never_see_a_run_in_progress(trained,
   output_dir = tmp_path / 'scores'
   score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=1'))
   published = re.compile(r'dt=1/(part-\d{5}-of-\d{5}\.parquet|_SUCCESS|'
-                         r'_manifest\.json|_rejected/rejected-\d{5}-of-'
-                         r'\d{5}\.jsonl)')
+                         r'_manifest\.json|_report\.png|'
+                         r'_rejected/rejected-\d{5}-of-\d{5}\.jsonl)')
   staging_root = outputs.staging_root(str(output_dir))
   seen, staged = set(), []
 
@@ -678,7 +679,7 @@ def test_scoring_into_an_object_store(trained, tmp_path):
       names = sorted(m.path[len(partition) + 1:] for m in FileSystems.match(
           [f'{partition}/**'])[0].metadata_list)
       assert names == sorted([outputs.SUCCESS_MARKER, scored.MANIFEST_FILE,
-                              *manifest['files']])
+                              scored.REPORT_FILE, *manifest['files']])
       rows = 0
       for name in manifest['files']:
         with FileSystems.open(f'{partition}/{name}') as handle:
