@@ -28,6 +28,7 @@ class ModelParams:
   """Hyperparameters; the defaults reproduce the keras.io model."""
   embed_dim: int = 32
   num_heads: int = 2
+  key_dim: int = 0                # per-head query/key size; 0: embed_dim
   ff_dim: int = 32
   num_layers: int = 1
   dropout: float = 0.1
@@ -43,8 +44,13 @@ class ModelParams:
     if self.positions not in ('learned', 'sinusoidal'):
       raise ValueError(
           f'positions must be learned or sinusoidal, not {self.positions!r}')
-    if self.embed_dim % self.num_heads:
-      raise ValueError('embed_dim must be a multiple of num_heads')
+    if self.key_dim < 0:
+      raise ValueError(f'key_dim must be >= 0, not {self.key_dim}')
+
+  @property
+  def attention_key_dim(self) -> int:
+    # keras.io gives every head the whole embedding width.
+    return self.key_dim or self.embed_dim
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -157,16 +163,23 @@ class TokenDropout(layers.Layer):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class TransformerBlock(layers.Layer):
-  """Self-attention and feed-forward sublayers, each residual + layer norm."""
+  """Self-attention and feed-forward sublayers, each residual + layer norm.
 
-  def __init__(self, embed_dim, num_heads, ff_dim, dropout=0.1, **kwargs):
+  ``key_dim`` is each head's query/key size, embed_dim when not given (as in
+  the keras.io example); the attention's output projection brings the heads
+  back to embed_dim whatever it is.
+  """
+
+  def __init__(self, embed_dim, num_heads, ff_dim, dropout=0.1, key_dim=None,
+               **kwargs):
     super().__init__(**kwargs)
     self.embed_dim = embed_dim
     self.num_heads = num_heads
     self.ff_dim = ff_dim
     self.dropout = dropout
+    self.key_dim = key_dim or embed_dim
     self.attention = layers.MultiHeadAttention(
-        num_heads=num_heads, key_dim=embed_dim // num_heads, name='attention')
+        num_heads=num_heads, key_dim=self.key_dim, name='attention')
     self.feed_forward = keras.Sequential(
         [layers.Dense(ff_dim, activation='relu'), layers.Dense(embed_dim)],
         name='feed_forward')
@@ -202,7 +215,7 @@ class TransformerBlock(layers.Layer):
   def get_config(self):
     return {**super().get_config(), 'embed_dim': self.embed_dim,
             'num_heads': self.num_heads, 'ff_dim': self.ff_dim,
-            'dropout': self.dropout}
+            'dropout': self.dropout, 'key_dim': self.key_dim}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -249,6 +262,7 @@ def build_model(vocab_size: int, max_len: int, num_classes: int,
   for index in range(params.num_layers):
     hidden = TransformerBlock(params.embed_dim, params.num_heads,
                               params.ff_dim, params.dropout,
+                              params.attention_key_dim,
                               name=f'transformer_{index}')(hidden)
   pooled = MaskedPooling(params.pooling, name='pooling')(hidden)
   pooled = layers.Dropout(params.dropout, name='pooled_dropout')(pooled)

@@ -2,8 +2,9 @@
 
     python -m trainer.train --data_dir=PREPROCESS_OUTPUT --model_dir=DIR
         [--epochs=2] [--batch_size=32] [--learning_rate=1e-3] [--embed_dim=32]
-        [--num_heads=2] [--ff_dim=32] [--num_layers=1] [--dropout=0.1]
-        [--pooling=mean|max] [--positions=learned|sinusoidal] [--seed=42] ...
+        [--num_heads=2] [--key_dim=0] [--ff_dim=32] [--num_layers=1]
+        [--dropout=0.1] [--pooling=mean|max] [--positions=learned|sinusoidal]
+        [--seed=42] ...
 
 Vocabulary size, number of classes and sequence length come from the
 preprocessing output. Trains with Adam(W) and sparse categorical
