@@ -1,16 +1,20 @@
-"""The trainer: transformer classifier from the preprocessing job's TFRecords.
+"""The trainer: a text classifier from the preprocessing job's TFRecords.
 
     python -m trainer.train --data_dir=PREPROCESS_OUTPUT --model_dir=DIR
         [--epochs=2] [--batch_size=32] [--learning_rate=1e-3] [--embed_dim=32]
         [--num_heads=2] [--key_dim=0] [--ff_dim=32] [--num_layers=1]
         [--dropout=0.1] [--pooling=mean|max] [--positions=learned|sinusoidal]
+        [--model=transformer|nbsvm|hybrid] [--validation_fraction=0]
         [--seed=42] ...
 
 Vocabulary size, number of classes and sequence length come from the
 preprocessing output. Trains with Adam(W) and sparse categorical
-cross-entropy, evaluates on the eval split every epoch, stops early with the
-best weights restored, exports a raw-text SavedModel and evaluates that
-export into metrics.json and a report with plots.
+cross-entropy (the hybrid's two branches one after the other), evaluates on
+the validation split (held out of train) or else the eval split every
+epoch, stops early with the best weights restored, fits the temperature
+(and the hybrid's branch weights) on the validation split, exports a
+raw-text SavedModel and evaluates that export into metrics.json and a
+report with plots.
 """
 import argparse
 import dataclasses
@@ -80,9 +84,9 @@ def add_branch_args(parser) -> None:
   branch's training."""
   parser.add_argument('--model', choices=model_lib.MODELS,
                       default=model_lib.ModelParams().model,
-                      help='transformer; nbsvm (binarized hashed n-grams '
-                      'scaled by Naive Bayes ratios); hybrid (both, each '
-                      'trained alone, their logits weighted on validation).')
+                      help='transformer; nbsvm (binarized n-grams scaled '
+                      'by Naive Bayes ratios); hybrid (both, each trained '
+                      'alone, their logits weighted on validation).')
   parser.add_argument('--validation_fraction', type=float, default=0.0,
                       help='Hold this share of train out (by a hash of the '
                       'id) as the validation split that picks the epoch and '
