@@ -311,7 +311,19 @@ def test_model_params_are_validated():
   with pytest.raises(ValueError):
     model_lib.ModelParams(pooling='sum')
   with pytest.raises(ValueError):
-    model_lib.ModelParams(embed_dim=10, num_heads=3)
+    model_lib.ModelParams(key_dim=-1)
+
+
+def test_seed_model_attention_is_the_keras_io_one():
+  model = model_lib.build_model(100, 12, 2, model_lib.ModelParams())
+  attention = model.get_layer('transformer_0').attention
+  # keras.io: MultiHeadAttention(num_heads=2, key_dim=embed_dim).
+  assert (attention.num_heads, attention.key_dim) == (2, 32)
+  assert tuple(attention.output_dense.kernel.shape) == (2, 32, 32)
+  narrow = model_lib.build_model(100, 12, 2, model_lib.ModelParams(
+      embed_dim=10, num_heads=3, key_dim=4))
+  assert narrow.get_layer('transformer_0').attention.key_dim == 4
+  assert tuple(narrow.output.shape) == (None, 2)
 
 
 def test_classification_metrics_and_auc():

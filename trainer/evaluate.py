@@ -19,6 +19,7 @@ from pipeline import drift  # pylint: disable=wrong-import-position
 from schemas import raw  # pylint: disable=wrong-import-position
 from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
+from trainer import calibration  # pylint: disable=wrong-import-position
 from trainer import data as data_lib  # pylint: disable=wrong-import-position
 from trainer import export  # pylint: disable=wrong-import-position
 
@@ -162,6 +163,7 @@ def write_report(model_dir: str, metrics: Dict, metadata: Dict) -> None:
   lines += ['', f'![confusion matrix]({CONFUSION_PLOT})']
   if has_history:
     lines += ['', f'![loss and accuracy per epoch]({HISTORY_PLOT})']
+  lines += calibration.report_lines(metrics)
   lines += ['', '## Training parameters', '', '```json',
             json.dumps(metadata.get('training', {}), indent=2, sort_keys=True),
             '```', '']
@@ -174,6 +176,9 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData,
   signature, metadata = export.load(export_dir)
   labels, probabilities = predict_eval_split(signature, data)
   metrics = classification_metrics(labels, probabilities, data.label_names)
+  if 'calibration' in metadata:
+    metrics['calibration'] = calibration.evaluate(
+        labels, probabilities, metadata['calibration'], model_dir)
   # What the scoring job measures each partition's drift against.
   export.add_metadata(export_dir, {drift.REFERENCE: drift.reference(
       data.label_names, probabilities)})

@@ -1,17 +1,23 @@
-"""The transformer classifier, built from small named Keras layers.
+"""The classifiers, built from small named Keras layers.
 
-The family of the keras.io "Text classification with Transformer" example:
-token + position embedding, transformer blocks (multi-head self-attention and
-a feed-forward network, each with dropout, a residual connection and layer
-normalization), pooling, Dense(20, relu) with dropout, softmax. Unlike the
-example, padding is masked: attention never looks at padded positions and
-pooling ignores them, so a document's prediction does not depend on how much
-padding follows it.
+The transformer is of the family of the keras.io "Text classification with
+Transformer" example: token + position embedding, transformer blocks
+(multi-head self-attention and a feed-forward network, each with dropout, a
+residual connection and layer normalization), pooling, Dense(20, relu) with
+dropout, class logits. Unlike the example, padding is masked: attention
+never looks at padded positions and pooling ignores them, so a document's
+prediction does not depend on how much padding follows it.
+
+``--model=nbsvm`` replaces it by the n-gram branch of ``trainer.ngrams``;
+``--model=hybrid`` has both branches side by side on the same token ids,
+their logits weighted and summed (``BranchMix``). Every model ends in a
+``Temperature`` layer and a softmax, so calibration is part of the model.
 
 Keras 3 (``import keras``) throughout: tensorflow-transform switches
 ``tf.keras`` to Keras 2 in any process that imports it.
 """
 import dataclasses
+from typing import List, Tuple
 
 import keras
 from keras import layers
@@ -19,8 +25,15 @@ from keras import ops
 import numpy as np
 
 from schemas import transformed
+from trainer import ngrams
 
 _PACKAGE = 'beam_text_classifier'
+MODELS = ('transformer', 'nbsvm', 'hybrid')
+# Layer names the trainer and the calibration look up.
+TRANSFORMER_LOGITS = 'transformer_logits'
+NGRAM_LOGITS = 'ngram_logits'
+MIXED_LOGITS = 'logits'
+TEMPERATURE = 'temperature'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +41,7 @@ class ModelParams:
   """Hyperparameters; the defaults reproduce the keras.io model."""
   embed_dim: int = 32
   num_heads: int = 2
+  key_dim: int = 0                # per-head query/key size; 0: embed_dim
   ff_dim: int = 32
   num_layers: int = 1
   dropout: float = 0.1
@@ -36,6 +50,16 @@ class ModelParams:
   bigram_buckets: int = 0         # 0: no bigram embedding
   token_dropout: float = 0.0      # share of tokens hidden while training
   head_units: int = 20
+  model: str = 'transformer'      # transformer | nbsvm | hybrid (both)
+  # The transformer's own view of the ids: the most frequent
+  # transformer_vocab ids (the rest as OOV) and at most transformer_len
+  # tokens (head and tail); 0: all of them. The n-gram branch sees them all.
+  transformer_vocab: int = 0
+  transformer_len: int = 0
+  ngram_order: int = 3            # unigrams up to this order
+  ngram_min_count: int = 2        # training documents an n-gram needs
+  ngram_init: float = 0.05        # every NBSVM weight's first value
+  ngram_dropout: float = 0.0      # share of n-grams hidden while training
 
   def __post_init__(self):
     if self.pooling not in ('mean', 'max'):
@@ -43,8 +67,25 @@ class ModelParams:
     if self.positions not in ('learned', 'sinusoidal'):
       raise ValueError(
           f'positions must be learned or sinusoidal, not {self.positions!r}')
-    if self.embed_dim % self.num_heads:
-      raise ValueError('embed_dim must be a multiple of num_heads')
+    if self.key_dim < 0:
+      raise ValueError(f'key_dim must be >= 0, not {self.key_dim}')
+    if self.model not in MODELS:
+      raise ValueError(f'model must be one of {MODELS}, not {self.model!r}')
+    if self.transformer_vocab < 0 or self.transformer_len < 0:
+      raise ValueError('transformer_vocab and transformer_len must be >= 0')
+    if self.ngram_order < 1 or self.ngram_min_count < 1:
+      raise ValueError('ngram_order and ngram_min_count must be >= 1')
+
+  @property
+  def branches(self) -> Tuple[str, ...]:
+    """Names of the logits layers whose sum is the model's logits."""
+    return {'transformer': (TRANSFORMER_LOGITS,), 'nbsvm': (NGRAM_LOGITS,),
+            'hybrid': (TRANSFORMER_LOGITS, NGRAM_LOGITS)}[self.model]
+
+  @property
+  def attention_key_dim(self) -> int:
+    # keras.io gives every head the whole embedding width.
+    return self.key_dim or self.embed_dim
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -157,16 +198,23 @@ class TokenDropout(layers.Layer):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class TransformerBlock(layers.Layer):
-  """Self-attention and feed-forward sublayers, each residual + layer norm."""
+  """Self-attention and feed-forward sublayers, each residual + layer norm.
 
-  def __init__(self, embed_dim, num_heads, ff_dim, dropout=0.1, **kwargs):
+  ``key_dim`` is each head's query/key size, embed_dim when not given (as in
+  the keras.io example); the attention's output projection brings the heads
+  back to embed_dim whatever it is.
+  """
+
+  def __init__(self, embed_dim, num_heads, ff_dim, dropout=0.1, key_dim=None,
+               **kwargs):
     super().__init__(**kwargs)
     self.embed_dim = embed_dim
     self.num_heads = num_heads
     self.ff_dim = ff_dim
     self.dropout = dropout
+    self.key_dim = key_dim or embed_dim
     self.attention = layers.MultiHeadAttention(
-        num_heads=num_heads, key_dim=embed_dim // num_heads, name='attention')
+        num_heads=num_heads, key_dim=self.key_dim, name='attention')
     self.feed_forward = keras.Sequential(
         [layers.Dense(ff_dim, activation='relu'), layers.Dense(embed_dim)],
         name='feed_forward')
@@ -202,7 +250,7 @@ class TransformerBlock(layers.Layer):
   def get_config(self):
     return {**super().get_config(), 'embed_dim': self.embed_dim,
             'num_heads': self.num_heads, 'ff_dim': self.ff_dim,
-            'dropout': self.dropout}
+            'dropout': self.dropout, 'key_dim': self.key_dim}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -233,14 +281,101 @@ class MaskedPooling(layers.Layer):
     return {**super().get_config(), 'mode': self.mode}
 
 
-def build_model(vocab_size: int, max_len: int, num_classes: int,
-                params: ModelParams) -> keras.Model:
-  """The classifier: token ids [batch, max_len] -> class probabilities."""
-  # Any length up to max_len: training may cut batches short (length
-  # buckets); the export always feeds max_len.
-  token_ids = keras.Input(shape=(None,), dtype='int64',
-                          name=transformed.TOKEN_IDS)
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TokenClip(layers.Layer):
+  """Rare ids as OOV and long documents cut to their head and tail.
+
+  Ids are ordered by training frequency, so ``ids >= vocab_size`` are the
+  rarest words: the transformer keeps a small embedding table while the
+  n-gram branch beside it sees the whole vocabulary. A document of more
+  than ``max_len`` real tokens keeps its first max_len / 2 and its last
+  ones, as the preprocessing job's head_tail truncation does.
+  """
+
+  def __init__(self, vocab_size=0, max_len=0, **kwargs):
+    super().__init__(**kwargs)
+    self.vocab_size = vocab_size
+    self.max_len = max_len
+
+  def call(self, token_ids):
+    if self.vocab_size:
+      token_ids = ops.where(token_ids >= self.vocab_size,
+                            ops.cast(transformed.OOV_ID, token_ids.dtype),
+                            token_ids)
+    if not self.max_len:
+      return token_ids
+    lengths = ops.sum(ops.cast(ops.not_equal(token_ids, transformed.PAD_ID),
+                               'int32'), axis=1, keepdims=True)
+    positions = ops.arange(ops.minimum(ops.shape(token_ids)[1],
+                                       self.max_len), dtype='int32')[None, :]
+    # Past the head, a long document reads from its last tokens.
+    source = ops.where(
+        ops.logical_and(lengths > self.max_len,
+                        positions >= self.max_len // 2),
+        positions + lengths - self.max_len, positions)
+    return ops.take_along_axis(token_ids, source, axis=1)
+
+  def get_config(self):
+    return {**super().get_config(), 'vocab_size': self.vocab_size,
+            'max_len': self.max_len}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BranchMix(layers.Layer):
+  """The sum of the branches' logits, each times a scale.
+
+  The scales are 1 until the trainer fits them on the validation split
+  (stacking: each branch is trained alone, then weighted by how much its
+  logits are worth), so they are not trained with the branches.
+  """
+
+  def __init__(self, num_branches, **kwargs):
+    super().__init__(**kwargs)
+    self.num_branches = num_branches
+
+  def build(self, input_shape):
+    self.scales = self.add_weight(shape=(self.num_branches,),
+                                  initializer='ones', trainable=False,
+                                  name='scales')
+    super().build(input_shape)
+
+  def call(self, branch_logits):
+    return sum(self.scales[index] * logits
+               for index, logits in enumerate(branch_logits))
+
+  def compute_output_shape(self, input_shape):
+    return input_shape[0]
+
+  def get_config(self):
+    return {**super().get_config(), 'num_branches': self.num_branches}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class Temperature(layers.Layer):
+  """Logits divided by a temperature that calibration sets (1 until then).
+
+  It is part of the model, so the export serves calibrated probabilities
+  with no change to its signature.
+  """
+
+  def build(self, input_shape):
+    self.temperature = self.add_weight(shape=(), initializer='ones',
+                                       trainable=False, name='temperature')
+    super().build(input_shape)
+
+  def call(self, logits):
+    return logits / self.temperature
+
+
+def transformer_logits(token_ids, vocab_size: int, max_len: int,
+                       num_classes: int, params: ModelParams):
+  """The transformer branch: token ids -> class logits."""
+  vocab_size = min(vocab_size, params.transformer_vocab or vocab_size)
+  max_len = min(max_len, params.transformer_len or max_len)
   hidden = token_ids
+  if params.transformer_vocab or params.transformer_len:
+    hidden = TokenClip(params.transformer_vocab, params.transformer_len,
+                       name='token_clip')(hidden)
   if params.token_dropout:
     hidden = TokenDropout(params.token_dropout, name='token_dropout')(hidden)
   hidden = TokenAndPositionEmbedding(max_len, vocab_size, params.embed_dim,
@@ -249,11 +384,56 @@ def build_model(vocab_size: int, max_len: int, num_classes: int,
   for index in range(params.num_layers):
     hidden = TransformerBlock(params.embed_dim, params.num_heads,
                               params.ff_dim, params.dropout,
+                              params.attention_key_dim,
                               name=f'transformer_{index}')(hidden)
   pooled = MaskedPooling(params.pooling, name='pooling')(hidden)
   pooled = layers.Dropout(params.dropout, name='pooled_dropout')(pooled)
   head = layers.Dense(params.head_units, activation='relu', name='head')(pooled)
   head = layers.Dropout(params.dropout, name='head_dropout')(head)
-  probabilities = layers.Dense(num_classes, activation='softmax',
-                               name='probabilities')(head)
-  return keras.Model(token_ids, probabilities, name='transformer_classifier')
+  return layers.Dense(num_classes, name=TRANSFORMER_LOGITS)(head)
+
+
+def build_model(vocab_size: int, max_len: int, num_classes: int,
+                params: ModelParams,
+                ngram_vocabulary: ngrams.Vocabulary = None) -> keras.Model:
+  """The classifier: token ids [batch, max_len] -> class probabilities.
+
+  The n-gram branch (nbsvm, hybrid) needs its vocabulary, fitted on the
+  training split (``ngrams.Vocabulary.fit``).
+  """
+  # Any length up to max_len: training may cut batches short (length
+  # buckets); the export always feeds max_len.
+  token_ids = keras.Input(shape=(None,), dtype='int64',
+                          name=transformed.TOKEN_IDS)
+  branches = []
+  if TRANSFORMER_LOGITS in params.branches:
+    branches.append(transformer_logits(token_ids, vocab_size, max_len,
+                                       num_classes, params))
+  if NGRAM_LOGITS in params.branches:
+    ngram_layer = ngrams.NgramLogits(
+        len(ngram_vocabulary.keys), num_classes, params.ngram_order,
+        params.ngram_init, params.ngram_dropout, name=NGRAM_LOGITS)
+    branches.append(ngram_layer(token_ids))
+    ngram_layer.set_vocabulary(ngram_vocabulary)
+  logits = branches[0]
+  if len(branches) > 1:
+    logits = BranchMix(len(branches), name=MIXED_LOGITS)(branches)
+  logits = Temperature(name=TEMPERATURE)(logits)
+  probabilities = layers.Activation('softmax', name='probabilities')(logits)
+  return keras.Model(token_ids, probabilities, name=f'{params.model}_classifier')
+
+
+def branch_model(model: keras.Model, branch: str) -> keras.Model:
+  """One branch of ``model`` alone (its layers shared): ids -> probabilities.
+
+  Training it trains those layers of ``model``.
+  """
+  probabilities = layers.Activation('softmax', name=f'{branch}_probabilities')(
+      model.get_layer(branch).output)
+  return keras.Model(model.inputs, probabilities, name=branch)
+
+
+def branch_names(model: keras.Model) -> List[str]:
+  """The logits layers of ``model``'s branches, in ``BranchMix`` order."""
+  names = {layer.name for layer in model.layers}
+  return [name for name in (TRANSFORMER_LOGITS, NGRAM_LOGITS) if name in names]

@@ -1,15 +1,20 @@
-"""The trainer: transformer classifier from the preprocessing job's TFRecords.
+"""The trainer: a text classifier from the preprocessing job's TFRecords.
 
     python -m trainer.train --data_dir=PREPROCESS_OUTPUT --model_dir=DIR
         [--epochs=2] [--batch_size=32] [--learning_rate=1e-3] [--embed_dim=32]
-        [--num_heads=2] [--ff_dim=32] [--num_layers=1] [--dropout=0.1]
-        [--pooling=mean|max] [--positions=learned|sinusoidal] [--seed=42] ...
+        [--num_heads=2] [--key_dim=0] [--ff_dim=32] [--num_layers=1]
+        [--dropout=0.1] [--pooling=mean|max] [--positions=learned|sinusoidal]
+        [--model=transformer|nbsvm|hybrid] [--validation_fraction=0]
+        [--seed=42] ...
 
 Vocabulary size, number of classes and sequence length come from the
 preprocessing output. Trains with Adam(W) and sparse categorical
-cross-entropy, evaluates on the eval split every epoch, stops early with the
-best weights restored, exports a raw-text SavedModel and evaluates that
-export into metrics.json and a report with plots.
+cross-entropy (the hybrid's two branches one after the other), evaluates on
+the validation split (held out of train) or else the eval split every
+epoch, stops early with the best weights restored, fits the temperature
+(and the hybrid's branch weights) on the validation split, exports a
+raw-text SavedModel and evaluates that export into metrics.json and a
+report with plots.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
@@ -26,10 +31,13 @@ import tensorflow as tf
 
 from pipeline import cli
 from schemas import raw
+from schemas import transformed
+from trainer import calibration
 from trainer import data as data_lib
 from trainer import evaluate
 from trainer import export
 from trainer import model as model_lib
+from trainer import ngrams
 
 
 def parse_args(argv):
@@ -60,9 +68,10 @@ def parse_args(argv):
                       'multiple of this many tokens; 0 pads every batch to '
                       'max_len.')
   parser.add_argument('--seed', type=int, default=42)
+  add_branch_args(parser)
   defaults = model_lib.ModelParams()
   for field in dataclasses.fields(model_lib.ModelParams):
-    if field.name in ('pooling', 'positions'):
+    if field.name in ('pooling', 'positions', 'model'):
       continue
     parser.add_argument(f'--{field.name}', type=type(field.default),
                         default=field.default)
@@ -73,10 +82,43 @@ def parse_args(argv):
   return parser.parse_args(argv)
 
 
+def add_branch_args(parser) -> None:
+  """The flags of the model kind, the validation split and the n-gram
+  branch's training."""
+  parser.add_argument('--model', choices=model_lib.MODELS,
+                      default=model_lib.ModelParams().model,
+                      help='transformer; nbsvm (binarized n-grams scaled '
+                      'by Naive Bayes ratios); hybrid (both, each trained '
+                      'alone, their logits weighted on validation).')
+  parser.add_argument('--validation_fraction', type=float, default=0.0,
+                      help='Hold this share of train out (by a hash of the '
+                      'id) as the validation split that picks the epoch and '
+                      'fits the temperature (and the hybrid\'s branch '
+                      'weights); 0: the eval split picks the epoch and '
+                      'nothing is calibrated.')
+  parser.add_argument('--validation_key', default='',
+                      help='A regular expression matching whole ids: the '
+                      'hold-out hashes its first group, keeping related '
+                      'examples together (aclImdb: '
+                      r"'^.*/(\d*)\d\d_\d+\.txt$', blocks of 100 file ids, "
+                      'which are grouped by movie).')
+  parser.add_argument('--ngram_epochs', type=int, default=2,
+                      help='Epochs of the n-gram branch (nbsvm, hybrid).')
+  parser.add_argument('--ngram_learning_rate', type=float, default=1e-3)
+
+
 def model_params(args) -> model_lib.ModelParams:
   return model_lib.ModelParams(**{
       field.name: getattr(args, field.name)
       for field in dataclasses.fields(model_lib.ModelParams)})
+
+
+def check_branch_args(args, params: model_lib.ModelParams) -> None:
+  if not 0.0 <= args.validation_fraction < 1.0:
+    raise ValueError('--validation_fraction must be in [0, 1)')
+  if len(params.branches) > 1 and not args.validation_fraction:
+    raise ValueError(f'--model={params.model} weights its branches on a '
+                     'validation split: give --validation_fraction')
 
 
 def learning_rate(args, steps: int):
@@ -134,43 +176,110 @@ class StopOnNaN(keras.callbacks.Callback):
       self.model.stop_training = True
 
 
-def train(args, params: model_lib.ModelParams,
-          data: data_lib.PreprocessedData):
-  """Fits the model; returns (model, history dict, training seconds)."""
-  keras.utils.set_random_seed(args.seed)
-  model = model_lib.build_model(data.vocab_size, data.max_len,
-                                len(data.label_names), params)
-  steps = -(-data.num_examples(raw.TRAIN) // args.batch_size) * args.epochs
-  model.compile(optimizer=optimizer(args, steps),
-                loss=keras.losses.SparseCategoricalCrossentropy(),
-                metrics=['accuracy'],
-                # XLA halves the step time of this small model on CPU.
-                jit_compile=True)
-  model.summary(print_fn=logging.info)
+@dataclasses.dataclass
+class Inputs:
+  """What the model is fitted and validated on."""
+  train: tf.data.Dataset
+  validation: tf.data.Dataset
+  train_examples: int
+  # Train in its own order, unaltered: for the Naive Bayes counts.
+  train_once: tf.data.Dataset
+
+
+def inputs(args, data: data_lib.PreprocessedData) -> Inputs:
+  """Train and validation batches: the eval split validates unless a share
+  of train is held out (--validation_fraction); then the eval split is left
+  for the final evaluation of the export alone."""
+  fit = held_out = None
+  examples = data.num_examples(raw.TRAIN)
+  if args.validation_fraction:
+    fit = data_lib.Holdout(args.validation_fraction, False,
+                           args.validation_key)
+    held_out = data_lib.Holdout(args.validation_fraction, True,
+                                args.validation_key)
+    examples = int(data_lib.dataset(
+        data, raw.TRAIN, 4096, feature=transformed.LENGTH, cache=False,
+        holdout=fit).reduce(0, lambda n, batch: n + tf.size(batch[1])))
   # Equal-sized batches: a short last batch would make XLA compile the step
   # again; reshuffling drops different examples every epoch.
   train_data = data_lib.dataset(data, raw.TRAIN, args.batch_size,
                                 shuffle=True, seed=args.seed,
                                 drop_remainder=True,
-                                bucket_width=args.bucket_width)
+                                bucket_width=args.bucket_width, holdout=fit)
   # Evaluation needs no small batches; large ones make it several times
   # cheaper per example.
-  eval_data = data_lib.dataset(data, raw.EVAL, max(args.batch_size, 256),
-                               bucket_width=args.bucket_width)
-  started = time.time()
+  validation = data_lib.dataset(
+      data, raw.TRAIN if held_out else raw.EVAL, max(args.batch_size, 256),
+      bucket_width=args.bucket_width, holdout=held_out)
+  train_once = data_lib.dataset(data, raw.TRAIN, 1024, cache=False,
+                                holdout=fit)
+  return Inputs(train_data, validation, examples, train_once)
+
+
+def branch_args(args, branch: str):
+  """The training flags of one branch: the n-gram branch has its own
+  epochs and learning rate, and no warm-up or weight decay."""
+  if branch != model_lib.NGRAM_LOGITS:
+    return args
+  return argparse.Namespace(**{
+      **vars(args), 'epochs': args.ngram_epochs,
+      'learning_rate': args.ngram_learning_rate, 'warmup_fraction': 0.0,
+      'weight_decay': 0.0})
+
+
+def fit_branch(args, model, branch: str, data: Inputs, model_dir: str):
+  """Trains one branch of ``model`` alone; returns its history."""
+  args = branch_args(args, branch)
+  trained = model_lib.branch_model(model, branch)
+  steps = -(-data.train_examples // args.batch_size) * args.epochs
+  trained.compile(optimizer=optimizer(args, steps),
+                  loss=keras.losses.SparseCategoricalCrossentropy(),
+                  metrics=['accuracy'],
+                  # XLA halves the step time of this small model on CPU.
+                  jit_compile=True)
   nan_guard = StopOnNaN()
-  history = model.fit(train_data, validation_data=eval_data,
-                      epochs=args.epochs,
-                      callbacks=[nan_guard, *callbacks(args, args.model_dir)],
-                      # A progress bar on a terminal, a line an epoch in logs.
-                      verbose=1 if sys.stdout.isatty() else 2)
+  history = trained.fit(data.train, validation_data=data.validation,
+                        epochs=args.epochs,
+                        callbacks=[nan_guard, *callbacks(args, model_dir)],
+                        # A progress bar on a terminal, a line an epoch in
+                        # logs.
+                        verbose=1 if sys.stdout.isatty() else 2)
   if nan_guard.failure:
     epoch, losses = nan_guard.failure
     found = ', '.join(f'{name} {value}' for name, value in losses.items())
     raise cli.JobError(
         f'training diverged in epoch {epoch} ({found}); nothing was exported: '
         'try a lower --learning_rate, --clipnorm or --warmup_fraction')
-  return model, history.history, time.time() - started
+  return history.history
+
+
+def train(args, params: model_lib.ModelParams,
+          data: data_lib.PreprocessedData):
+  """Fits the model; returns (model, histories by branch, training seconds,
+  calibration)."""
+  keras.utils.set_random_seed(args.seed)
+  fitting = inputs(args, data)
+  started = time.time()
+  vocabulary = None
+  if model_lib.NGRAM_LOGITS in params.branches:
+    vocabulary = ngrams.Vocabulary.fit(fitting.train_once, params.ngram_order,
+                                       len(data.label_names),
+                                       params.ngram_min_count)
+    logging.info('n-grams: %d in at least %d training documents',
+                 len(vocabulary.keys), params.ngram_min_count)
+  model = model_lib.build_model(data.vocab_size, data.max_len,
+                                len(data.label_names), params, vocabulary)
+  model.summary(print_fn=logging.info)
+  histories = {}
+  for branch in params.branches:
+    # The hybrid's n-gram branch logs beside, not over, the transformer's.
+    histories[branch] = fit_branch(
+        args, model, branch, fitting,
+        args.model_dir if branch == params.branches[0] else
+        posixpath.join(args.model_dir, branch))
+  fitted = (calibration.calibrate(model, fitting.validation)
+            if args.validation_fraction else None)
+  return model, histories, time.time() - started, fitted
 
 
 def check_trainable(data: data_lib.PreprocessedData) -> None:
@@ -198,25 +307,31 @@ def run(argv=None):
   check_trainable(data)
   try:
     params = model_params(args)
+    check_branch_args(args, params)
   except ValueError as error:
     raise cli.JobError(str(error)) from error
   tf.io.gfile.makedirs(args.model_dir)
-  model, history, seconds = train(args, params, data)
+  model, histories, seconds, fitted = train(args, params, data)
+  epochs_run = {branch: len(history['loss'])
+                for branch, history in histories.items()}
   export_dir = export.export(model, data.tft_output, data.label_names,
                              args.model_dir, {
                                  'training': {
                                      **vars(args),
-                                     'epochs_run': len(history['loss']),
+                                     'epochs_run': sum(epochs_run.values()),
+                                     'epochs_run_by_branch': epochs_run,
                                      'training_seconds': round(seconds, 1),
                                  },
                                  'preprocessing': data.params,
                                  'data_stats': data.stats,
+                                 **({'calibration': fitted} if fitted else {}),
                              })
   metrics = evaluate.evaluate(export_dir, data, args.model_dir)
   logging.info(
       'train: %d epochs in %.0f s (total %.0f s); eval accuracy %.4f, macro '
-      'F1 %.4f on %d examples; export %s; report %s', len(history['loss']),
-      seconds, time.time() - started, metrics['accuracy'],
+      'F1 %.4f on %d examples; export %s; report %s',
+      sum(epochs_run.values()), seconds, time.time() - started,
+      metrics['accuracy'],
       metrics['macro_f1'], metrics['examples'], export_dir,
       posixpath.join(args.model_dir, evaluate.REPORT_FILE))
   return metrics, export_dir

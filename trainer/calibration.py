@@ -1,0 +1,226 @@
+"""Calibration: temperature scaling (and the hybrid's branch weights) fitted
+on the validation split, expected calibration error, reliability diagrams.
+
+Temperature scaling (Guo et al., 2017) divides the logits by one T > 0
+that minimises the validation negative log-likelihood: the predicted class
+never changes, only how sure the model says it is. The hybrid model has one
+scale a branch instead (stacking: each branch's logits weighted by what
+they are worth on held-out data); its scales s are fitted the same way and
+stored as weights s / sum(s) in the model's ``BranchMix`` and one
+temperature 1 / sum(s), so "before calibration" is the weighted model at
+temperature 1 for every model kind. The model's ``Temperature`` layer holds
+T, so the export serves calibrated probabilities through the same
+signature.
+"""
+import posixpath
+from typing import Dict, List
+
+import keras
+import matplotlib
+matplotlib.use('Agg')  # files only, no display
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+import tensorflow as tf  # pylint: disable=wrong-import-position
+
+from trainer import model as model_lib  # pylint: disable=wrong-import-position
+
+ECE_BINS = 15
+RELIABILITY_PLOT = 'reliability.png'
+# The smallest scale a fit may return: a branch that does not help is
+# weighted (almost) out, never turned against its own predictions.
+_MIN_SCALE = 1e-4
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+  shifted = logits - logits.max(axis=-1, keepdims=True)
+  exp = np.exp(shifted)
+  return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def negative_log_likelihood(probabilities: np.ndarray,
+                            labels: np.ndarray) -> float:
+  picked = probabilities[np.arange(len(labels)), labels]
+  return float(-np.mean(np.log(np.maximum(picked, 1e-12))))
+
+
+def expected_calibration_error(probabilities: np.ndarray, labels: np.ndarray,
+                               bins: int = ECE_BINS) -> float:
+  """Sum over equal-width confidence bins of |accuracy - confidence| times
+  the bin's share of the examples."""
+  confidence, correct = _confidence_and_correct(probabilities, labels)
+  edges = np.linspace(0.0, 1.0, bins + 1)
+  # Bins are (low, high]: a confidence of exactly 1 lands in the last one.
+  index = np.clip(np.searchsorted(edges, confidence, side='left') - 1, 0,
+                  bins - 1)
+  error = 0.0
+  for b in range(bins):
+    inside = index == b
+    if inside.any():
+      error += inside.mean() * abs(correct[inside].mean() -
+                                   confidence[inside].mean())
+  return float(error)
+
+
+def _confidence_and_correct(probabilities, labels):
+  return probabilities.max(axis=1), probabilities.argmax(axis=1) == labels
+
+
+def fit_scales(branch_logits: np.ndarray, labels: np.ndarray,
+               iterations: int = 50) -> np.ndarray:
+  """Scales s >= 0 minimising the NLL of softmax(sum_b s[b] * logits[:, b]).
+
+  ``branch_logits`` is [examples, branches, classes]. The NLL is convex in
+  s, so damped Newton steps reach the minimum in a few iterations; with one
+  branch, 1 / s is the temperature.
+  """
+  logits = branch_logits.astype(np.float64)
+  labels_one_hot = np.eye(logits.shape[-1])[labels]
+  scales = np.ones(logits.shape[1])
+
+  def loss(s):
+    z = np.einsum('nbk,b->nk', logits, s)
+    z -= z.max(axis=1, keepdims=True)
+    return float(np.mean(np.log(np.exp(z).sum(axis=1)) -
+                         (z * labels_one_hot).sum(axis=1)))
+
+  for _ in range(iterations):
+    p = softmax(np.einsum('nbk,b->nk', logits, scales))
+    gradient = np.einsum('nk,nbk->b', p - labels_one_hot, logits) / len(labels)
+    expected = np.einsum('nk,nbk->nb', p, logits)
+    hessian = (np.einsum('nk,nbk,nck->bc', p, logits, logits) -
+               np.einsum('nb,nc->bc', expected, expected)) / len(labels)
+    step = np.linalg.solve(hessian + 1e-9 * np.eye(len(scales)), gradient)
+    current, rate = loss(scales), 1.0
+    # Halve the step until the loss does not rise (backtracking).
+    while rate > 1e-6:
+      candidate = np.maximum(scales - rate * step, _MIN_SCALE)
+      if loss(candidate) <= current:
+        break
+      rate /= 2
+    else:
+      break
+    if np.abs(candidate - scales).max() < 1e-7:
+      scales = candidate
+      break
+    scales = candidate
+  return scales
+
+
+def _branch_logits(model, batches):
+  """[examples, branches, classes] logits of each branch, and the labels."""
+  names = model_lib.branch_names(model)
+  probe = keras.Model(model.inputs,
+                      [model.get_layer(name).output for name in names])
+  logits, labels = [], []
+  for token_ids, label in batches:
+    outputs = probe(token_ids, training=False)
+    if len(names) == 1:
+      outputs = [outputs]
+    logits.append(np.stack([np.asarray(o) for o in outputs], axis=1))
+    labels.append(label.numpy())
+  return np.concatenate(logits), np.concatenate(labels)
+
+
+def calibrate(model, batches) -> Dict:
+  """Fits the branch weights and the temperature of ``model`` on
+  ``batches`` of (token ids, label ids), sets them in the model, and
+  returns them with the validation figures before and after."""
+  logits, labels = _branch_logits(model, batches)
+  scales = fit_scales(logits, labels)
+  weights, temperature = scales / scales.sum(), 1.0 / scales.sum()
+  if len(scales) > 1:
+    model.get_layer(model_lib.MIXED_LOGITS).scales.assign(weights)
+  model.get_layer(model_lib.TEMPERATURE).temperature.assign(temperature)
+  mixed = np.einsum('nbk,b->nk', logits, weights)
+  before, after = softmax(mixed), softmax(mixed / temperature)
+  result = {'temperature': float(temperature),
+            'validation': {'examples': int(len(labels)),
+                           'before': summary(before, labels),
+                           'after': summary(after, labels)}}
+  if len(scales) > 1:
+    result['branch_weights'] = dict(zip(model_lib.branch_names(model),
+                                        map(float, weights)))
+  return result
+
+
+def summary(probabilities: np.ndarray, labels: np.ndarray) -> Dict:
+  return {
+      'accuracy': float((probabilities.argmax(axis=1) == labels).mean()),
+      'ece': expected_calibration_error(probabilities, labels),
+      'nll': negative_log_likelihood(probabilities, labels),
+  }
+
+
+def uncalibrated(probabilities: np.ndarray, temperature: float) -> np.ndarray:
+  """The model's probabilities at temperature 1, from its calibrated ones.
+
+  log p = z / T + c, so softmax(T log p) = softmax(z); classes with
+  probability 0 in float32 stay at 0.
+  """
+  with np.errstate(divide='ignore'):
+    return softmax(temperature * np.log(probabilities.astype(np.float64)))
+
+
+def evaluate(labels: np.ndarray, probabilities: np.ndarray,
+             calibration: Dict, model_dir: str) -> Dict:
+  """Calibration figures of a split the export served, and its reliability
+  diagram in ``model_dir``: the served (calibrated) probabilities against
+  the same model at temperature 1."""
+  before = uncalibrated(probabilities, calibration['temperature'])
+  plot_reliability({'temperature 1': before,
+                    f'temperature {calibration["temperature"]:.3f}':
+                    probabilities}, labels,
+                   posixpath.join(model_dir, RELIABILITY_PLOT))
+  return {'temperature': calibration['temperature'],
+          'bins': ECE_BINS,
+          'before': summary(before, labels),
+          'after': summary(probabilities, labels),
+          'validation': calibration['validation']}
+
+
+def plot_reliability(curves: Dict[str, np.ndarray], labels: np.ndarray,
+                     path: str) -> None:
+  """Accuracy against mean confidence per bin, one line a named set of
+  probabilities, beside the diagonal of perfect calibration."""
+  figure, axes = plt.subplots(figsize=(5, 5))
+  axes.plot([0, 1], [0, 1], '--', color='grey', label='perfect')
+  edges = np.linspace(0.0, 1.0, ECE_BINS + 1)
+  for name, probabilities in curves.items():
+    confidence, correct = _confidence_and_correct(probabilities, labels)
+    index = np.clip(np.searchsorted(edges, confidence) - 1, 0, ECE_BINS - 1)
+    used = [b for b in range(ECE_BINS) if (index == b).any()]
+    axes.plot([confidence[index == b].mean() for b in used],
+              [correct[index == b].mean() for b in used], 'o-',
+              label=f'{name}: ECE '
+              f'{expected_calibration_error(probabilities, labels):.4f}')
+  axes.set_xlabel('confidence')
+  axes.set_ylabel('accuracy')
+  axes.set_title(f'reliability ({ECE_BINS} bins)')
+  axes.grid(alpha=0.3)
+  axes.legend()
+  figure.tight_layout()
+  with tf.io.gfile.GFile(path, 'wb') as handle:
+    figure.savefig(handle, format='png', dpi=100)
+  plt.close(figure)
+
+
+def report_lines(metrics: Dict) -> List[str]:
+  """The report's calibration section (none for an uncalibrated model)."""
+  if 'calibration' not in metrics:
+    return []
+  calibration = metrics['calibration']
+  rows = [('eval, temperature 1', calibration['before']),
+          (f'eval, temperature {calibration["temperature"]:.3f}',
+           calibration['after']),
+          ('validation, temperature 1', calibration['validation']['before']),
+          ('validation, calibrated', calibration['validation']['after'])]
+  lines = ['', '## Calibration', '',
+           f'Temperature fitted on the validation split: '
+           f'{calibration["temperature"]:.4f}; expected calibration error '
+           f'over {calibration["bins"]} equal-width confidence bins.', '',
+           '| probabilities | accuracy | ECE | NLL |',
+           '| --- | ---: | ---: | ---: |']
+  for name, row in rows:
+    lines.append(f'| {name} | {row["accuracy"]:.4f} | {row["ece"]:.4f} | '
+                 f'{row["nll"]:.4f} |')
+  return lines + ['', f'![reliability diagram]({RELIABILITY_PLOT})']

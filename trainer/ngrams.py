@@ -1,0 +1,229 @@
+"""The n-gram branch: NBSVM as a Keras layer over the token ids.
+
+NBSVM (Wang & Manning, 2012) is a linear classifier over a document's
+binarized n-grams whose features are scaled by Naive Bayes log-count ratios
+computed on the training split. As a layer (the "neural NBSVM" of A. Maiya
+and fast.ai's NBSVM++): each n-gram j has fixed ratios r[j, k], one a class,
+and one trainable weight w[j], and class k's logit is the sum of
+r[j, k] * w[j] over the distinct n-grams of the document. The ratios make
+the weights of discriminative n-grams move fastest, and starting every w at
+one small value starts the model as a scaled-down Naive Bayes classifier.
+One weight an n-gram rather than one a class and n-gram: for two classes
+(r[j, 1] = -r[j, 0]) it is the same model, and the optimizer's cost, which
+grows with the table, is halved.
+
+The n-grams come from the token ids inside the graph, so the preprocessing
+output and the raw-text export are unchanged. Each n-gram (unigrams
+included) is named by a 62-bit fingerprint of its ids; the vocabulary is
+the fingerprints seen in at least ``min_count`` training documents, so that
+n-grams seen once, which only let the model memorise its training reviews,
+take no table rows (with hashing into a fixed table they would share rows
+with the useful ones). A fingerprint is found in the sorted vocabulary by a
+binary search in plain tensor ops, which XLA compiles; an n-gram outside
+it adds nothing. Padding takes no part, so a document's n-grams do not
+depend on how much padding follows it.
+"""
+import dataclasses
+import math
+
+import keras
+from keras import layers
+from keras import ops
+import numpy as np
+import tensorflow as tf
+
+from schemas import transformed
+
+_PACKAGE = 'beam_text_classifier'
+# Two polynomial hashes modulo the Mersenne prime 2**31 - 1, with different
+# bases, make a 62-bit fingerprint; no step can overflow int64.
+_MODULUS = 2**31 - 1
+_BASES = (1_000_003, 998_244_353)
+# A polynomial hash of a short n-gram of small ids is itself small;
+# multiplying by a large constant modulo the prime (a bijection) spreads
+# the fingerprints evenly, which the search index relies on.
+_SPREAD = 1_597_334_677
+_FINGERPRINT_BITS = 62
+_NO_NGRAM = -1
+# The binary search first jumps to the vocabulary's entries that share the
+# fingerprint's top bits (about 8 of them), then takes this many steps:
+# enough for 127 entries, which random fingerprints never come near.
+_SEARCH_STEPS = 7
+
+
+def fingerprints(token_ids, max_order: int):
+  """Each document's distinct n-gram fingerprints, sorted, and which
+  entries are real.
+
+  Returns (fingerprints, present), both [batch, length * max_order]; an
+  n-gram that occurs several times is present once (binarized features);
+  an entry that is not present is -1.
+  """
+  token_ids = ops.cast(token_ids, 'int64')
+  length = ops.shape(token_ids)[1]
+  padded = ops.pad(token_ids, [[0, 0], [0, max_order - 1]],
+                   constant_values=transformed.PAD_ID)
+  found = []
+  for order in range(1, max_order + 1):
+    # The order is the hash's first term: a bigram and a trigram differ.
+    hashes = [ops.full_like(token_ids, order) for _ in _BASES]
+    complete = ops.ones_like(token_ids, dtype='bool')
+    for offset in range(order):
+      ids = padded[:, offset:offset + length]
+      complete = ops.logical_and(complete,
+                                 ops.not_equal(ids, transformed.PAD_ID))
+      hashes = [ops.mod(h * base + ids, _MODULUS)
+                for h, base in zip(hashes, _BASES)]
+    hashes = [ops.mod(h * _SPREAD, _MODULUS) for h in hashes]
+    found.append(ops.where(complete, hashes[0] * 2**31 + hashes[1],
+                           _NO_NGRAM))
+  values = ops.sort(ops.concatenate(found, axis=1), axis=-1)
+  previous = ops.pad(values[:, :-1], [[0, 0], [1, 0]],
+                     constant_values=_NO_NGRAM)
+  present = ops.logical_and(ops.not_equal(values, _NO_NGRAM),
+                            ops.not_equal(values, previous))
+  return ops.where(present, values, _NO_NGRAM), present
+
+
+def log_count_ratios(counts: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+  """Naive Bayes log-count ratios, one column a class against the others.
+
+  ``counts`` is [n-grams, classes], training documents holding each
+  n-gram. r[j, k] = log(p[j] / |p|) - log(q[j] / |q|), with p = alpha + the
+  documents of class k holding n-gram j, q = alpha + those of the other
+  classes, |.| the sum over all n-grams (Wang & Manning, 2012).
+  """
+  counts = counts.astype(np.float64)
+  p = alpha + counts
+  q = alpha + counts.sum(axis=1, keepdims=True) - counts
+  return (np.log(p / p.sum(axis=0)) - np.log(q / q.sum(axis=0))).astype(
+      np.float32)
+
+
+@dataclasses.dataclass
+class Vocabulary:
+  """The n-grams the branch knows: sorted fingerprints and their ratios."""
+  keys: np.ndarray      # int64 [n-grams], sorted
+  counts: np.ndarray    # int64 [n-grams, classes], training documents
+  ratios: np.ndarray    # float32 [n-grams, classes]
+
+  @classmethod
+  def fit(cls, batches, max_order: int, num_classes: int, min_count: int = 2,
+          alpha: float = 1.0) -> 'Vocabulary':
+    """From batches of (token_ids, label_id) of the training split."""
+    flat = tf.function(lambda token_ids, labels: _flat_fingerprints(
+        token_ids, labels, max_order))
+    keys, labels = [], []
+    for token_ids, label_ids in batches:
+      batch_keys, batch_labels = flat(token_ids, label_ids)
+      keys.append(batch_keys.numpy())
+      labels.append(batch_labels.numpy())
+    keys, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    counts = np.bincount(
+        inverse.reshape(-1) * num_classes + np.concatenate(labels),
+        minlength=len(keys) * num_classes).reshape(len(keys), num_classes)
+    kept = counts.sum(axis=1) >= min_count
+    if not kept.any():
+      raise ValueError(f'no n-gram is in {min_count} training documents')
+    return cls(keys[kept], counts[kept], log_count_ratios(counts[kept], alpha))
+
+
+def _flat_fingerprints(token_ids, labels, max_order):
+  """The (fingerprint, label) pairs of a batch: one a document's n-gram."""
+  values, present = fingerprints(token_ids, max_order)
+  labels = tf.broadcast_to(tf.cast(labels, tf.int64)[:, None],
+                           tf.shape(values))
+  return tf.boolean_mask(values, present), tf.boolean_mask(labels, present)
+
+
+def index_bits(size: int) -> int:
+  """Top fingerprint bits that pick a range of about 8 vocabulary entries."""
+  return max(1, math.ceil(math.log2(max(size, 1) / 8)))
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class NgramLogits(layers.Layer):
+  """NBSVM: token ids [batch, length] -> class logits [batch, num_classes].
+
+  The vocabulary (fingerprints, ratios, the search index) is made of
+  non-trainable weights set by ``set_vocabulary``, so it is saved with the
+  model and the export needs nothing else. ``dropout`` hides that share of
+  a document's n-grams while training.
+  """
+
+  def __init__(self, size, num_classes, max_order=3, initial_weight=0.05,
+               dropout=0.0, seed=None, **kwargs):
+    super().__init__(**kwargs)
+    self.size = size
+    self.num_classes = num_classes
+    self.max_order = max_order
+    self.initial_weight = initial_weight
+    self.dropout = dropout
+    self.seed = seed
+    self.seed_generator = keras.random.SeedGenerator(seed)
+    self.shift = _FINGERPRINT_BITS - index_bits(size)
+
+  def build(self, input_shape):
+    self.keys = self.add_weight(shape=(self.size,), dtype='int64',
+                                initializer='zeros', trainable=False,
+                                name='keys')
+    self.starts = self.add_weight(
+        shape=(2**(_FINGERPRINT_BITS - self.shift) + 1,), dtype='int64',
+        initializer='zeros', trainable=False, name='starts')
+    self.ratios = self.add_weight(shape=(self.size, self.num_classes),
+                                  initializer='zeros', trainable=False,
+                                  name='nb_ratios')
+    self.kernel = self.add_weight(
+        shape=(self.size, 1), initializer=keras.initializers.Constant(
+            self.initial_weight), name='kernel')
+    self.bias = self.add_weight(shape=(self.num_classes,),
+                                initializer='zeros', name='bias')
+    super().build(input_shape)
+
+  def set_vocabulary(self, vocabulary: Vocabulary) -> None:
+    keys = vocabulary.keys.astype(np.int64)
+    if len(keys) != self.size:
+      raise ValueError(f'{len(keys)} n-grams for a layer of {self.size}')
+    top = keys >> self.shift
+    starts = np.searchsorted(top, np.arange(len(self.starts.numpy())))
+    if np.diff(starts).max(initial=0) >= 2**_SEARCH_STEPS:
+      raise ValueError('too many n-grams share a search range')
+    self.keys.assign(keys)
+    self.starts.assign(starts.astype(np.int64))
+    self.ratios.assign(vocabulary.ratios)
+
+  def lookup(self, values):
+    """Row of each fingerprint in the vocabulary, and whether it is there."""
+    top = ops.maximum(values, 0) // 2**self.shift
+    low, high = ops.take(self.starts, top), ops.take(self.starts, top + 1)
+    for _ in range(_SEARCH_STEPS):
+      middle = (low + high) // 2
+      below = ops.logical_and(
+          low < high,
+          ops.take(self.keys, ops.minimum(middle, self.size - 1)) < values)
+      low, high = ops.where(below, middle + 1, low), ops.where(below, high,
+                                                                middle)
+    row = ops.minimum(low, self.size - 1)
+    return row, ops.equal(ops.take(self.keys, row), values)
+
+  def call(self, token_ids, training=False):
+    values, present = fingerprints(token_ids, self.max_order)
+    rows, known = self.lookup(values)
+    weights = ops.cast(ops.logical_and(present, known), self.compute_dtype)
+    if training and self.dropout:
+      kept = keras.random.uniform(ops.shape(weights),
+                                  seed=self.seed_generator) >= self.dropout
+      weights = weights * ops.cast(kept, self.compute_dtype) / (
+          1.0 - self.dropout)
+    scaled = ops.take(self.ratios, rows, axis=0) * ops.take(self.kernel, rows,
+                                                            axis=0)
+    return ops.sum(scaled * weights[:, :, None], axis=1) + self.bias
+
+  def compute_output_shape(self, input_shape):
+    return (input_shape[0], self.num_classes)
+
+  def get_config(self):
+    return {**super().get_config(), 'size': self.size,
+            'num_classes': self.num_classes, 'max_order': self.max_order,
+            'initial_weight': self.initial_weight, 'dropout': self.dropout,
+            'seed': self.seed}
