@@ -26,6 +26,16 @@ def read(pattern, fmt='auto', **config):
                 key=lambda r: r[raw.ID])
 
 
+def assert_splits_read_as_whole(source, bundle_bytes, more_than=0):
+  """Read in splits of about ``bundle_bytes``, ``source`` yields what it
+  yields whole: every record once."""
+  splits = [(s.source, s.start_position, s.stop_position)
+            for s in source.split(desired_bundle_size=bundle_bytes)]
+  assert len(splits) > more_than
+  source_test_utils.assert_sources_equal_reference_source(
+      (source, None, None), splits)
+
+
 def summary(records):
   """(id, text or reason, label) per record, for compact assertions."""
   return [(r[raw.ID], r.get(raw.REASON) or r[raw.TEXT], r.get(raw.LABEL))
@@ -109,11 +119,7 @@ def test_tsv_without_header_and_splittable_csv(tmp_path):
       f'{i},text {i},l\n' for i in range(2000)))
   source = sources.CsvSource(str(csv_path), readers.ReadConfig(
       format='csv', csv_splittable=True), ',')
-  splits = [(s.source, s.start_position, s.stop_position)
-            for s in source.split(desired_bundle_size=1000)]
-  assert len(splits) > 10
-  source_test_utils.assert_sources_equal_reference_source(
-      (source, None, None), splits)
+  assert_splits_read_as_whole(source, 1000, more_than=10)
   assert len(source_test_utils.read_from_source(source)) == 2000
 
 
@@ -123,10 +129,7 @@ def test_text_lines_split_anywhere_read_each_line_once(tmp_path):
   path.write_text('\n'.join(lines) + '\n')
   source = sources.LineSource(str(path), readers.ReadConfig(format='text'),
                               sources.parse_text_line)
-  splits = [(s.source, s.start_position, s.stop_position)
-            for s in source.split(desired_bundle_size=333)]
-  source_test_utils.assert_sources_equal_reference_source(
-      (source, None, None), splits)
+  assert_splits_read_as_whole(source, 333)
   records = read(path)
   assert sorted(r[raw.TEXT] for r in records) == sorted(lines)
   assert all(r[raw.LABEL] is None for r in records)
@@ -139,11 +142,7 @@ def test_parquet_row_groups_split_with_row_number_ids(tmp_path):
   pq.write_table(table, path, row_group_size=10)
   source = sources.ParquetSource(str(path),
                                  readers.ReadConfig(format='parquet'))
-  splits = [(s.source, s.start_position, s.stop_position)
-            for s in source.split(desired_bundle_size=300)]
-  assert len(splits) > 1
-  source_test_utils.assert_sources_equal_reference_source(
-      (source, None, None), splits)
+  assert_splits_read_as_whole(source, 300, more_than=1)
   records = {r[raw.ID]: r for r in read(path)}
   assert records[f'{path}:42'][raw.TEXT] == 'doc 42'
   assert records[f'{path}:100'][raw.REASON] == rejected.MISSING_TEXT
@@ -389,10 +388,7 @@ def test_utf16_lines_split_anywhere_read_each_line_once(tmp_path):
   path.write_bytes('\r\n'.join(lines).encode('utf-16'))
   source = sources.LineSource(str(path), readers.ReadConfig(
       format='text', encoding='utf-16'), sources.parse_text_line)
-  splits = [(s.source, s.start_position, s.stop_position)
-            for s in source.split(desired_bundle_size=333)]
-  source_test_utils.assert_sources_equal_reference_source(
-      (source, None, None), splits)
+  assert_splits_read_as_whole(source, 333)
   assert sorted(r[raw.TEXT] for r in source_test_utils.read_from_source(
       source)) == sorted(lines)
 
@@ -421,10 +417,7 @@ def test_cr_only_line_endings_split_lines(tmp_path):
   assert sorted(r[raw.TEXT] for r in read(text)) == sorted(lines)
   source = sources.LineSource(str(text), readers.ReadConfig(format='text'),
                               sources.parse_text_line)
-  splits = [(s.source, s.start_position, s.stop_position)
-            for s in source.split(desired_bundle_size=50)]
-  source_test_utils.assert_sources_equal_reference_source(
-      (source, None, None), splits)
+  assert_splits_read_as_whole(source, 50)
   mixed = tmp_path / 'mixed.jsonl'
   mixed.write_bytes(b'{"text": "a"}\r{"text": "b"}\r\n{"text": "c"}\n\r'
                     b'{"text": "d"}')
