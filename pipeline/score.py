@@ -311,14 +311,14 @@ def settings_from_args(args) -> Settings:
       raise ValueError('--batch_size must be at least 1')
     partition = ('' if args.partition is None else
                  check_partition(args.partition))
-    export_dir = export.resolve(args.model_dir)
-    _, metadata = export.load(export_dir)
     kept = parse_keep_fields(args.keep_fields)
-    check_kept_columns(kept, metadata['label_names'])
     pattern, fmt = readers.resolve_input(args.input, args.format)
     config = readers.read_config_from_args(
         args, format=fmt, label_field=None,
         keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
+    export_dir = export.resolve(args.model_dir)
+    _, metadata = export.load(export_dir)
+    check_kept_columns(kept, metadata['label_names'])
     by_field = kept_fields.schema(pattern, config)
     kept_schema = pa.schema([by_field.field(field).with_name(column)
                              for field, column in kept])

@@ -1,6 +1,7 @@
 """A real S3-compatible server on 127.0.0.1 (moto), for Beam's S3 filesystem."""
 import contextlib
 import logging
+import urllib.request
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -21,6 +22,9 @@ def s3_server():
   server.start()
   host, port = server.get_host_and_port()
   endpoint = f'http://{host}:{port}'
+  # moto keeps its buckets in the process, across servers: start empty.
+  urllib.request.urlopen(urllib.request.Request(
+      f'{endpoint}/moto-api/reset', method='POST')).close()
   options = [f'--s3_endpoint_url={endpoint}', '--s3_access_key_id=x',
              '--s3_secret_access_key=x', '--s3_region_name=us-east-1']
   boto3.client('s3', endpoint_url=endpoint, aws_access_key_id='x',
