@@ -1,7 +1,7 @@
-"""Score drift: how a partition's predictions differ from the eval split's.
+"""Score drift: how a partition's predictions differ from the test split's.
 
 The trainer stores a reference in the export's metadata: the label shares
-and the confidence histogram of the export's predictions on the eval split.
+and the confidence histogram of the export's predictions on the test split.
 The scoring job counts the same for each partition and compares the two with
 the population stability index,
 
@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-# The section of the export's metadata with the eval split's distribution.
+# The section of the export's metadata with the test split's distribution.
 REFERENCE = 'reference'
 # Ten bins of confidence over [0, 1]; a reference carries its own edges, so
 # that a partition is always binned as its reference was.
@@ -129,7 +129,7 @@ def _draw(drift: Dict, label_axes, confidence_axes) -> None:
   """Bars of label shares and of confidence bins, a colour for each side."""
   sides = [('partition', drift['partition'])]
   if drift['reference']:
-    sides.append(('eval split', drift['reference']))
+    sides.append(('test split', drift['reference']))
   width = 0.8 / len(sides)
   for offset, (name, side) in enumerate(sides):
     shares = list(side['label_shares'].values())

@@ -4,10 +4,15 @@
         [any Beam pipeline option]
 
 Reads any format of ``pipeline.readers``, rejects bad records to
-``_rejected/``, assigns each good one to train or eval, learns the vocabulary
-on train with tensorflow-transform, and writes both splits as gzip TFRecords
-of transformed features next to ``transform_fn/``, ``stats.json`` and the
-parameters the trainer and the scorer need.
+``_rejected/``, assigns each good one to train, validation or test, learns
+the vocabulary on train alone with tensorflow-transform, and writes the three
+splits as gzip TFRecords of transformed features next to ``transform_fn/``,
+``stats.json`` and the parameters the trainer and the scorer need.
+
+Splits come from the data (``--split_field``, or train/ and test/ folders)
+or else from a stable hash of each record's normalized text; in both cases
+validation is carved out of train by that hash (``hash_split``), so copies
+of one text always land in the same split.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
@@ -58,11 +63,16 @@ def parse_args(argv):
   split = parser.add_mutually_exclusive_group()
   split.add_argument(
       '--split_field', default=None,
-      help='Field naming each record\'s split: train, or eval/test/validation.')
+      help='Field naming each record\'s split: train, validation (valid, '
+      'dev) or test (eval).')
   split.add_argument(
-      '--eval_fraction', type=float, default=0.2,
+      '--test_fraction', type=float, default=0.2,
       help='Without a split field or split folders: share of records sent to '
-      'eval by a hash of their normalized text.')
+      'test by a hash of their normalized text.')
+  parser.add_argument(
+      '--validation_fraction', type=float, default=0.1,
+      help='Share of the train records carved out as the validation split by '
+      'the same hash; 0 where the data names its validation records.')
   defaults = transform.TransformParams()
   parser.add_argument('--vocab_size', type=int, default=defaults.vocab_size,
                       help='Vocabulary size including padding and OOV ids.')
@@ -87,7 +97,8 @@ class Settings:
   pattern: str
   read_config: readers.ReadConfig
   params: transform.TransformParams
-  eval_fraction: Optional[float]  # None: splits come from the data
+  test_fraction: Optional[float]  # None: splits come from the data
+  validation_fraction: float
 
 
 # Formats read one document a file, whose train/test/... folder names its
@@ -95,25 +106,26 @@ class Settings:
 _SPLIT_FOLDER_FORMATS = ('files', 'email')
 
 
-def check_eval_fraction(eval_fraction: float, split_field: Optional[str],
-                        fmt: str) -> None:
-  """ValueError unless --eval_fraction is in [0, 1), and 0 only where the
-  data can name eval records: else the eval split would be empty, and the
-  trainer needs one."""
-  if not 0.0 <= eval_fraction < 1.0:
-    raise ValueError('--eval_fraction must be in [0, 1)')
-  if not (eval_fraction or split_field or fmt in _SPLIT_FOLDER_FORMATS):
-    raise ValueError(
-        '--eval_fraction=0 leaves the eval split empty: give a share in '
-        '(0, 1), or take the splits from the data (--split_field, or train/ '
-        'and test/ folders of a folder input)')
+def check_fractions(args, fmt: str) -> None:
+  """ValueError unless --test_fraction and --validation_fraction are in
+  [0, 1), and 0 only where the data can name such records: else that split
+  would be empty, and the trainer needs both."""
+  for flag in ('test_fraction', 'validation_fraction'):
+    fraction = getattr(args, flag)
+    if not 0.0 <= fraction < 1.0:
+      raise ValueError(f'--{flag} must be in [0, 1)')
+    if not (fraction or args.split_field or fmt in _SPLIT_FOLDER_FORMATS):
+      raise ValueError(
+          f'--{flag}=0 leaves the {flag.split("_")[0]} split empty: give a '
+          'share in (0, 1), or take the splits from the data (--split_field, '
+          'or train/, validation/ and test/ folders of a folder input)')
 
 
 def settings_from_args(args) -> Settings:
   """The flags checked before anything runs; a JobError names a bad one."""
   try:
     pattern, fmt = readers.resolve_input(args.input, args.format)
-    check_eval_fraction(args.eval_fraction, args.split_field, fmt)
+    check_fractions(args, fmt)
     config = readers.read_config_from_args(
         args, format=fmt, label_field=args.label_field or None,
         split_field=args.split_field)
@@ -125,40 +137,67 @@ def settings_from_args(args) -> Settings:
   except ValueError as error:  # ReaderError is one
     raise cli.JobError(str(error)) from error
   return Settings(pattern, config, params,
-                  None if args.split_field else args.eval_fraction)
+                  None if args.split_field else args.test_fraction,
+                  args.validation_fraction)
 
 
 # --------------------------------------------------------------------------
 # Validation and split assignment
 
 
-def hash_split(text: str, eval_fraction: float) -> str:
-  """Train or eval from the text alone: stable across runs and runners."""
+def hash_split(text: str, test_fraction: float,
+               validation_fraction: float) -> str:
+  """Train, validation or test from the text alone: stable across runs and
+  runners, and the same for every copy of a text (up to case and spacing).
+
+  The text's hash is a share h in [0, 1), cut into disjoint ranges:
+  test is [0, t); validation is the first v of the rest,
+  [t, t + v (1 - t)); train is what is left. A record the data sends to
+  train is carved with t = 0: validation is [0, v) of the train records.
+  """
   normalized = ' '.join(text.casefold().split()).encode('utf-8', 'replace')
   digest = hashlib.sha256(normalized).digest()
   share = int.from_bytes(digest[:8], 'big') / 2.0**64
-  return raw.EVAL if share < eval_fraction else raw.TRAIN
+  if share < test_fraction:
+    return raw.TEST
+  if share < test_fraction + validation_fraction * (1.0 - test_fraction):
+    return raw.VALIDATION
+  return raw.TRAIN
+
+
+def assign_split(text: str, named: Optional[str], test_fraction: float,
+                 validation_fraction: float) -> Optional[str]:
+  """The split of a record whose data names split ``named`` (None: none);
+  None for a name that is no split. Train records give validation its
+  share; the others keep the split the data gave them."""
+  if not named:
+    return hash_split(text, test_fraction, validation_fraction)
+  split = raw.SPLIT_ALIASES.get(named.strip().lower())
+  if split == raw.TRAIN:
+    return hash_split(text, 0.0, validation_fraction)
+  return split
 
 
 class ValidateAndSplit(records.CountingDoFn):
-  """Routes each raw record to train, eval or the dead letters."""
+  """Routes each raw record to train, validation, test or the dead
+  letters."""
 
-  def __init__(self, max_text_bytes: int, eval_fraction: float,
-               split_required: bool):
+  def __init__(self, max_text_bytes: int, test_fraction: float,
+               validation_fraction: float, split_required: bool):
     super().__init__(_NAMESPACE)
     self._max_text_bytes = max_text_bytes
-    self._eval_fraction = eval_fraction
+    self._test_fraction = test_fraction
+    self._validation_fraction = validation_fraction
     self._split_required = split_required
 
   def _split(self, record):
     """The record's split, or the reason it has none."""
     value = record.get(raw.SPLIT)
-    if value:
-      split = raw.SPLIT_ALIASES.get(value.strip().lower())
-      return (split, None) if split else (None, rejected.UNKNOWN_SPLIT)
-    if self._split_required:
+    if not value and self._split_required:
       return None, rejected.MISSING_SPLIT
-    return hash_split(record[raw.TEXT], self._eval_fraction), None
+    split = assign_split(record[raw.TEXT], value, self._test_fraction,
+                         self._validation_fraction)
+    return (split, None) if split else (None, rejected.UNKNOWN_SPLIT)
 
   def process(self, record):
     self.count_read()
@@ -176,12 +215,17 @@ class ValidateAndSplit(records.CountingDoFn):
 
 
 class RejectUnknownLabels(records.CountingDoFn):
-  """Eval records whose label never occurs in train go to the dead letters."""
+  """Held-out records whose label never occurs in train go to the dead
+  letters."""
+
+  def __init__(self, split: str):
+    super().__init__(_NAMESPACE)
+    self._split = split
 
   def process(self, record, train_counts):
     label = record[raw.LABEL]
     if (records.LABEL, raw.TRAIN, label) in train_counts:
-      self.count_label(raw.EVAL, label)
+      self.count_label(self._split, label)
       yield record
     else:
       yield self.reject(record, rejected.LABEL_NOT_IN_TRAIN)
@@ -225,7 +269,7 @@ class EncodeExamples(records.CountingDoFn):
   def __init__(self, split: str):
     super().__init__(_NAMESPACE)
     self._split = split
-    self._dropped = transformed.EVAL_ONLY if split == raw.TRAIN else []
+    self._dropped = transformed.HELD_OUT_ONLY if split == raw.TRAIN else []
 
   def setup(self):
     self._encoder = example_coder.RecordBatchToExamplesEncoder()
@@ -246,30 +290,35 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
   raw_records = pipeline | 'Read' >> readers.ReadRecords(settings.pattern,
                                                          config)
   routed = raw_records | 'ValidateAndSplit' >> beam.ParDo(ValidateAndSplit(
-      config.max_text_bytes, settings.eval_fraction or 0.0,
+      config.max_text_bytes, settings.test_fraction or 0.0,
+      settings.validation_fraction,
       split_required=bool(config.split_field))).with_outputs(
-          records.REJECTED, records.STATS, raw.TRAIN, raw.EVAL)
-  train = routed[raw.TRAIN]
-  # The train labels are in the validation counts already.
-  validation_counts = routed[records.STATS] | 'SumValidationStats' >> (
+          records.REJECTED, records.STATS, *raw.SPLITS)
+  # The train labels are in the checking counts already.
+  check_counts = routed[records.STATS] | 'SumCheckStats' >> (
       beam.CombineGlobally(records.SumCounts()))
-  checked_eval = routed[raw.EVAL] | 'RejectUnknownLabels' >> beam.ParDo(
-      RejectUnknownLabels(_NAMESPACE), train_counts=beam.pvalue.AsSingleton(
-          validation_counts)).with_outputs(
-              records.REJECTED, records.STATS, main='eval')
+  split_records = {raw.TRAIN: routed[raw.TRAIN]}
+  stats, rejects = [check_counts], [routed[records.REJECTED]]
+  for split in raw.HELD_OUT:
+    checked = routed[split] | f'RejectUnknownLabels{split}' >> beam.ParDo(
+        RejectUnknownLabels(split), train_counts=beam.pvalue.AsSingleton(
+            check_counts)).with_outputs(
+                records.REJECTED, records.STATS, main='checked')
+    split_records[split] = checked.checked
+    stats.append(checked[records.STATS])
+    rejects.append(checked[records.REJECTED])
 
-  stats = [validation_counts, checked_eval[records.STATS]]
   adapter_config = raw_tensor_adapter_config()
   batches = {}
-  for split, split_records in ((raw.TRAIN, train),
-                               (raw.EVAL, checked_eval.eval)):
-    batches[split] = (split_records
+  for split in raw.SPLITS:
+    batches[split] = (split_records[split]
                       | f'Batch{split}' >> beam.BatchElements(
                           min_batch_size=_BATCH_SIZE,
                           max_batch_size=_BATCH_SIZE)
                       | f'ToArrow{split}' >> beam.Map(to_record_batch))
 
   with tft_beam.Context(temp_dir=posixpath.join(staging, 'tmp')):
+    # Train alone: no word of validation or test may shape the vocabulary.
     transform_fn = ((batches[raw.TRAIN], adapter_config)
                     | 'AnalyzeTrain' >> tft_beam.AnalyzeDataset(
                         transform.make_preprocessing_fn(settings.params)))
@@ -286,7 +335,7 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
           file_name_suffix=transformed.TFRECORD_SUFFIX)
     _ = transform_fn | 'WriteTransformFn' >> tft_beam.WriteTransformFn(staging)
 
-  _ = ((routed[records.REJECTED], checked_eval[records.REJECTED])
+  _ = (rejects
        | 'AllRejected' >> beam.Flatten()
        | 'Rejected' >> records.WriteDeadLetters(
            posixpath.join(staging, rejected.DIR)))
@@ -352,7 +401,8 @@ def write_sidecars(staging: str, stats: Dict, settings: Settings,
       'transform': dataclasses.asdict(settings.params),
       'input': input_arg,
       'read_config': dataclasses.asdict(settings.read_config),
-      'eval_fraction': settings.eval_fraction,
+      'test_fraction': settings.test_fraction,
+      'validation_fraction': settings.validation_fraction,
   })
 
 
@@ -371,10 +421,11 @@ LAYOUT = outputs.Layout(
 def log_summary(stats: Dict, seconds: float, output_dir: str) -> None:
   totals, lengths = stats['records'], stats['token_length']
   logging.info(
-      'preprocess: read %d records in %.1f s -> train %d, eval %d, rejected '
-      '%d%s; vocabulary %d ids, labels %s, p50 length %d (%.1f%% truncated '
-      'at %d); output %s', totals['read'], seconds,
-      totals['written'][raw.TRAIN], totals['written'][raw.EVAL],
+      'preprocess: read %d records in %.1f s -> train %d, validation %d, '
+      'test %d, rejected %d%s; vocabulary %d ids, labels %s, p50 length %d '
+      '(%.1f%% truncated at %d); output %s', totals['read'], seconds,
+      totals['written'][raw.TRAIN], totals['written'][raw.VALIDATION],
+      totals['written'][raw.TEST],
       totals['rejected'], ''.join(
           f', {n} {reason}' for reason, n in stats['rejected_by_reason'].items()),
       stats['vocabulary_size'], stats['labels']['names'], lengths['p50'],

@@ -401,7 +401,7 @@ def write_drift_report(staging: str, drift_section: Dict) -> None:
   workers need no plotting); a warning when the drift alert is raised."""
   if drift_section['alert']:
     logging.warning(
-        'score: predictions drifted from the eval split: PSI %.3f on label '
+        'score: predictions drifted from the test split: PSI %.3f on label '
         'shares, %.3f on confidence (alert over %.1f)',
         drift_section['psi']['labels'], drift_section['psi']['confidence'],
         drift.PSI_ALERT)

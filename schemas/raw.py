@@ -21,7 +21,8 @@ SNIPPET = 'snippet'
 KEPT = 'kept'
 
 # Inputs of the transform graph. The id and the text also pass through it so
-# that the trainer can evaluate the exported raw-text model on the eval split.
+# that the trainer can evaluate the exported raw-text model on the held-out
+# splits.
 RAW_FEATURE_SPEC = {
     ID: tf.io.FixedLenFeature([], tf.string),
     TEXT: tf.io.FixedLenFeature([], tf.string),
@@ -34,16 +35,22 @@ RAW_ARROW_SCHEMA = pa.schema(
     [(name, pa.large_list(pa.large_binary())) for name in RAW_FEATURE_SPEC])
 
 TRAIN = 'train'
-EVAL = 'eval'
-SPLITS = (TRAIN, EVAL)
+# Picks everything the trainer chooses: the epoch, the temperature, the
+# hybrid's branch weights.
+VALIDATION = 'validation'
+# Measured once, at the end, by nothing that was chosen on it.
+TEST = 'test'
+SPLITS = (TRAIN, VALIDATION, TEST)
+# The splits the trainer never fits on; labels they hold must occur in train.
+HELD_OUT = (VALIDATION, TEST)
 # Split names found in data (a split column, an aclImdb folder) and the split
 # of ours each one means.
 SPLIT_ALIASES = {
     'train': TRAIN,
     'training': TRAIN,
-    'eval': EVAL,
-    'test': EVAL,
-    'validation': EVAL,
-    'valid': EVAL,
-    'dev': EVAL,
+    'validation': VALIDATION,
+    'valid': VALIDATION,
+    'dev': VALIDATION,
+    'test': TEST,
+    'eval': TEST,
 }

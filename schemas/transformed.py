@@ -12,9 +12,10 @@ LABEL_ID = 'label_id'      # int64, index into the label vocabulary
 # Passed through unchanged from the raw record.
 ID = raw.ID
 TEXT = raw.TEXT
-# Written to the eval files only: the trainer evaluates the exported raw-text
-# model on them, and train files stay a third of the size without them.
-EVAL_ONLY = [TEXT]
+# Written to the held-out (validation and test) files only: the trainer
+# evaluates the exported raw-text model on them, and train files stay a third
+# of the size without them.
+HELD_OUT_ONLY = [TEXT]
 
 PAD_ID = 0
 OOV_ID = 1

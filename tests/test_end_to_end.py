@@ -1,4 +1,5 @@
 """The preprocessing job on slices of the real corpora, read via the fetch code."""
+import collections
 import glob
 import math
 import os
@@ -8,6 +9,7 @@ import tensorflow as tf
 
 from pipeline import email_text
 from pipeline import preprocess
+from pipeline import readers
 from pipeline import transform
 from schemas import raw
 from tests.conftest import dead_letters
@@ -26,13 +28,26 @@ def test_imdb_slice_keeps_the_official_split(corpora, tmp_path):
   stats = preprocess.run([
       f'--input={pattern}', '--format=files',
       f'--output_dir={tmp_path}/out', '--vocab_size=2000'])
-  assert stats['records'] == {'read': 400, 'rejected': 0,
-                              'written': {'train': 200, 'eval': 200}}
-  assert stats['labels']['counts'] == {'train': {'neg': 100, 'pos': 100},
-                                       'eval': {'neg': 100, 'pos': 100}}
+  # The test/ folder is test; validation is carved out of train/ by the
+  # hash of each review's text.
+  counts = {split: collections.Counter() for split in raw.SPLITS}
+  for path in glob.glob(pattern):
+    record = readers.read_document(path, readers.ReadConfig(format='files'),
+                                   False)
+    split = preprocess.assign_split(record[raw.TEXT], record[raw.SPLIT],
+                                    0.2, 0.1)
+    counts[split][record[raw.LABEL]] += 1
+  assert counts[raw.VALIDATION] and counts[raw.TEST] == {'neg': 100,
+                                                         'pos': 100}
+  assert stats['records'] == {'read': 400, 'rejected': 0, 'written': {
+      split: sum(counts[split].values()) for split in raw.SPLITS}}
+  assert stats['labels']['counts'] == {split: dict(counts[split])
+                                       for split in raw.SPLITS}
   assert stats['vocabulary_size'] == 2000
-  evaluation = read_examples(f'{tmp_path}/out', 'eval')
+  evaluation = read_examples(f'{tmp_path}/out', raw.TEST)
   assert all(b'/test/' in e['id'] for e in evaluation)
+  validation = read_examples(f'{tmp_path}/out', raw.VALIDATION)
+  assert all(b'/train/' in e['id'] for e in validation)
   # The lengths are those of the job's own tokenizer, with its defaults, over
   # both splits. On this slice: p50 218, p90 567, max 1161 tokens.
   texts = [pathlib.Path(path).read_bytes() for path in glob.glob(pattern)]
@@ -50,7 +65,7 @@ def test_spamassassin_slice_parses_every_email(corpora, tmp_path):
   files = glob.glob(pattern)
   stats = preprocess.run([
       f'--input={pattern}', '--format=email', f'--output_dir={tmp_path}/out',
-      '--eval_fraction=0.2'])
+      '--test_fraction=0.2'])
   records = stats['records']
   assert records['read'] == len(files) > 400
   # Non-UTF-8 and multipart mail is decoded, not rejected; every message of
@@ -58,12 +73,12 @@ def test_spamassassin_slice_parses_every_email(corpora, tmp_path):
   # under the default --max_text_bytes of 1 MiB: no dead letter at all.
   assert records['rejected'] == 0 and not dead_letters(f'{tmp_path}/out')
   # The split is the hash of each message's text; 485 of the 2245 messages
-  # land in eval.
+  # land in test.
   texts = [email_text.email_to_text(pathlib.Path(path).read_bytes())
            for path in files]
-  evaluation = sum(preprocess.hash_split(text, 0.2) == raw.EVAL
-                   for text in texts)
-  assert records['written'] == {'train': len(files) - evaluation,
-                                'eval': evaluation}
+  splits = collections.Counter(preprocess.hash_split(text, 0.2, 0.1)
+                               for text in texts)
+  assert records['written'] == {split: splits[split] for split in raw.SPLITS}
+  assert splits[raw.VALIDATION]
   assert set(stats['labels']['names']) == {'ham', 'spam'}
   assert os.path.exists(f'{tmp_path}/out/transform_fn/saved_model.pb')

@@ -123,16 +123,10 @@ def test_token_clip_keeps_head_and_tail_and_maps_rare_ids_to_oov():
   np.testing.assert_array_equal(clip(ids), [[2, 3, 6, 7], [2, 1, 4, 0]])
 
 
-def test_check_branch_args_needs_a_validation_split_for_the_hybrid():
-  args = train.parse_args(['--data_dir=x', '--model_dir=y', '--model=hybrid'])
-  with pytest.raises(ValueError, match='validation_fraction'):
-    train.check_branch_args(args, train.model_params(args))
-
-
 @pytest.fixture(scope='module')
 def hybrid(tmp_path_factory):
-  """A hybrid trained on synthetic reviews, calibrated on a held-out share
-  of train, exported; then the preprocessing output is deleted. Returns
+  """A hybrid trained on synthetic reviews, calibrated on the validation
+  split carved out of train, exported; then the preprocessing output is deleted. Returns
   (export_dir, texts, the Keras model's probabilities on them, calibration,
   branch logits on them)."""
   from pipeline import preprocess  # pylint: disable=import-outside-toplevel
@@ -143,10 +137,10 @@ def hybrid(tmp_path_factory):
   data_dir = folder / 'preprocessed'
   preprocess.run([f'--input={folder}/reviews.jsonl',
                   f'--output_dir={data_dir}', '--split_field=split',
-                  '--max_len=24'])
+                  '--max_len=24', '--validation_fraction=0.25'])
   args = train.parse_args([
       f'--data_dir={data_dir}', f'--model_dir={folder}/model',
-      '--model=hybrid', '--validation_fraction=0.25', '--epochs=1',
+      '--model=hybrid', '--epochs=1',
       '--ngram_epochs=1', '--batch_size=16', '--embed_dim=8', '--ff_dim=8',
       '--ngram_min_count=1', '--transformer_vocab=20', '--seed=3'])
   data = data_lib.PreprocessedData.load(str(data_dir))

@@ -31,7 +31,7 @@ def read_examples(output_dir, split):
   """The transformed examples of one split, parsed with the saved spec."""
   spec = tft.TFTransformOutput(output_dir).transformed_feature_spec()
   if split == raw.TRAIN:
-    for name in transformed.EVAL_ONLY:
+    for name in transformed.HELD_OUT_ONLY:
       spec.pop(name)
   files = glob.glob(os.path.join(output_dir,
                                  transformed.split_file_pattern(split)))
@@ -69,6 +69,9 @@ BAD_ROWS = {
                 rejected.MISSING_SPLIT),
     'newlabel': ({'id': 'newlabel', 'text': 'words', 'label': 'meh',
                   'split': 'test'}, rejected.LABEL_NOT_IN_TRAIN),
+    'newvalidationlabel': ({'id': 'newvalidationlabel', 'text': 'words',
+                            'label': 'meh', 'split': 'valid'},
+                           rejected.LABEL_NOT_IN_TRAIN),
     # TFT's vocabulary files are newline-delimited: it drops such a label,
     # and its examples would carry label_id -1.
     'newlinelabel': ({'id': 'newlinelabel', 'text': 'words', 'label': 'x\ny',
@@ -90,22 +93,35 @@ BAD_ROWS = {
 }
 
 
+# Words of the held-out splits only, more frequent there than any train
+# word is in train: were they analyzed, they would be in the vocabulary.
+HELD_OUT_WORDS = {'dev': 'zebra', 'eval': 'yak'}
+
+
+def held_out_rows():
+  """Five rows a held-out split, named by aliases, of one word seven times."""
+  return [{'id': f'{split}{i}', 'split': split, 'label': 'pos',
+           'text': ' '.join([word] * 7)}
+          for split, word in HELD_OUT_WORDS.items() for i in range(5)]
+
+
 @pytest.fixture(scope='module')
 def small_job(tmp_path_factory):
-  """One run of the job over good rows, every kind of bad row, and a long
-  single-token document that must pass."""
+  """One run of the job over good rows, every kind of bad row, held-out
+  rows of words train never has, and a long single-token document that must
+  pass. The data names every split (--validation_fraction=0)."""
   folder = tmp_path_factory.mktemp('small')
   long_token = {'id': 'longtoken', 'text': 'z' * 3000 + ' great',
                 'label': 'pos', 'split': 'train'}
   write_jsonl(folder / 'a.jsonl', good_rows(30, 'train') + [long_token] +
               [row for row, _ in BAD_ROWS.values()])
-  write_jsonl(folder / 'b.jsonl', good_rows(12, 'test') + [
+  write_jsonl(folder / 'b.jsonl', good_rows(12, 'test') + held_out_rows() + [
       b'{"id": "broken", "text": ', b'\xff\xfe not utf-8'])
   output = folder / 'out'
   stats = preprocess.run([
       f'--input={folder}/*.jsonl', f'--output_dir={output}',
       '--split_field=split', '--max_len=6', '--vocab_size=6',
-      '--max_text_bytes=5000'])
+      '--max_text_bytes=5000', '--validation_fraction=0'])
   return folder, output, stats
 
 
@@ -118,8 +134,8 @@ def test_counts_reconcile_and_every_bad_row_is_a_dead_letter(small_job):
   expected[rejected.UNDECODABLE_TEXT] = 1
   assert stats['rejected_by_reason'] == expected
   records = stats['records']
-  assert records['written'] == {'train': 31, 'eval': 12}
-  assert records['read'] == 31 + 12 + sum(expected.values())
+  assert records['written'] == {'train': 31, 'validation': 5, 'test': 17}
+  assert records['read'] == 31 + 5 + 17 + sum(expected.values())
   dead = dead_letters(output)
   assert len(dead) == records['rejected']
   by_id = {row['id']: row for row in dead}
@@ -135,13 +151,15 @@ def test_counts_reconcile_and_every_bad_row_is_a_dead_letter(small_job):
 def test_examples_are_padded_truncated_and_labelled(small_job):
   _, output, stats = small_job
   train = read_examples(str(output), raw.TRAIN)
-  evaluation = read_examples(str(output), raw.EVAL)
-  assert len(train) == 31 and len(evaluation) == 12
+  validation = read_examples(str(output), raw.VALIDATION)
+  evaluation = read_examples(str(output), raw.TEST)
+  assert len(train) == 31 and len(validation) == 5 and len(evaluation) == 17
   assert stats['vocabulary_size'] == 6
   assert stats['labels']['names'] == ['pos', 'neg']  # pos is more frequent
   assert stats['labels']['counts'] == {'train': {'pos': 16, 'neg': 15},
-                                       'eval': {'pos': 6, 'neg': 6}}
-  for example in train + evaluation:
+                                       'validation': {'pos': 5},
+                                       'test': {'pos': 11, 'neg': 6}}
+  for example in train + validation + evaluation:
     assert 0 <= example[transformed.LABEL_ID] < len(stats['labels']['names'])
     ids = example[transformed.TOKEN_IDS]
     assert len(ids) == 6 and ids.max() < 6 and ids.min() >= 0
@@ -158,6 +176,20 @@ def test_examples_are_padded_truncated_and_labelled(small_job):
   assert 0 < stats['token_length']['truncated_share'] < 1
 
 
+def test_the_vocabulary_is_learned_on_train_alone(small_job):
+  _, output, _ = small_job
+  vocabulary = tft.TFTransformOutput(str(output)).vocabulary_by_name(
+      transformed.TOKEN_VOCABULARY)
+  assert b'great' in vocabulary
+  for word in HELD_OUT_WORDS.values():
+    assert word.encode() not in vocabulary
+  validation = read_examples(str(output), raw.VALIDATION)
+  assert {e[transformed.ID].decode() for e in validation} == {
+      f'dev{i}' for i in range(5)}
+  for example in validation:
+    assert list(example[transformed.TOKEN_IDS]) == [transformed.OOV_ID] * 6
+
+
 def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
   _, output, _ = small_job
   params = json.loads((output / transformed.PARAMS_FILE).read_text())
@@ -165,19 +197,53 @@ def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
                                  'max_len': 6, 'max_token_chars': 50,
                                  'truncation': 'head_tail',
                                  'keep_punctuation': True}
+  assert params['test_fraction'] is None  # the data names the splits
+  assert params['validation_fraction'] == 0.0
   assert params['read_config']['format'] == 'jsonl'
   assert params['read_config']['split_field'] == 'split'
   assert not os.path.exists(outputs.staging_root(str(output)))
 
 
-def test_hash_split_is_stable_and_keeps_duplicates_together():
+def test_hash_split_carves_three_disjoint_stable_splits():
+  texts = [f'review number {i}' for i in range(4000)]
+  splits = [preprocess.hash_split(t, 0.2, 0.1) for t in texts]
+  shares = {split: splits.count(split) / len(texts) for split in raw.SPLITS}
+  # Validation takes 0.1 of what test leaves: 0.08 of all.
+  assert shares[raw.TEST] == pytest.approx(0.2, abs=0.025)
+  assert shares[raw.VALIDATION] == pytest.approx(0.08, abs=0.015)
+  assert splits == [preprocess.hash_split(t, 0.2, 0.1) for t in texts]
+  # Disjoint ranges of one hash: growing a split only takes from train,
+  # never moves a record between validation and test.
+  for text, split in zip(texts, splits):
+    if split == raw.TEST:
+      assert preprocess.hash_split(text, 0.2, 0.5) == raw.TEST
+    if split == raw.VALIDATION:
+      assert preprocess.hash_split(text, 0.2, 0.5) == raw.VALIDATION
+  # Copies of a text, up to case and spacing, share their split.
+  for text in texts[:200]:
+    assert preprocess.hash_split(f'  {text.upper()} ', 0.2, 0.1) == (
+        preprocess.hash_split(text.replace(' ', '\t'), 0.2, 0.1))
+
+
+@pytest.mark.parametrize('named, expected', [
+    ('validation', raw.VALIDATION), ('Valid', raw.VALIDATION),
+    ('dev', raw.VALIDATION), ('test', raw.TEST), ('EVAL ', raw.TEST),
+    ('holdout', None),
+])
+def test_split_field_values_name_our_splits(named, expected):
+  assert preprocess.assign_split('some text', named, 0.2, 0.5) == expected
+
+
+def test_train_records_of_the_data_give_validation_its_share():
   texts = [f'review number {i}' for i in range(2000)]
-  splits = [preprocess.hash_split(t, 0.2) for t in texts]
-  assert 0.17 < splits.count(raw.EVAL) / len(texts) < 0.23
-  assert splits == [preprocess.hash_split(t, 0.2) for t in texts]
-  assert preprocess.hash_split('Same  Text', 0.5) == preprocess.hash_split(
-      'same text', 0.5)
-  assert {preprocess.hash_split(t, 0.0) for t in texts} == {raw.TRAIN}
+  splits = [preprocess.assign_split(t, 'train', 0.2, 0.1) for t in texts]
+  # The test fraction does not apply where the data names the splits.
+  assert set(splits) == {raw.TRAIN, raw.VALIDATION}
+  assert splits.count(raw.VALIDATION) / len(texts) == pytest.approx(
+      0.1, abs=0.02)
+  assert splits == [preprocess.hash_split(t, 0.0, 0.1) for t in texts]
+  assert {preprocess.assign_split(t, 'Training', 0.2, 0.0)
+          for t in texts} == {raw.TRAIN}
 
 
 def test_validate_and_split_routes_records_in_a_pipeline():
@@ -190,15 +256,20 @@ def test_validate_and_split_routes_records_in_a_pipeline():
        raw.SPLIT: 'train'},
       {raw.ID: '4', raw.SOURCE: 's', raw.REASON: rejected.MALFORMED_RECORD,
        raw.SNIPPET: '{oops'},
+      {raw.ID: '5', raw.SOURCE: 's', raw.TEXT: 'tested', raw.LABEL: 'b',
+       raw.SPLIT: 'eval'},
   ]
   with beam_pipeline() as pipeline:
     routed = (pipeline | beam.Create(records) | beam.ParDo(
-        preprocess.ValidateAndSplit(100, 0.2, split_required=True))
-              .with_outputs('rejected', 'stats', raw.TRAIN, raw.EVAL))
+        preprocess.ValidateAndSplit(100, 0.2, 0.0, split_required=True))
+              .with_outputs('rejected', 'stats', *raw.SPLITS))
     assert_that(routed[raw.TRAIN] | 'TrainIds' >> beam.Map(lambda r: r[raw.ID]),
                 equal_to(['2']), label='train')
-    assert_that(routed[raw.EVAL] | 'EvalIds' >> beam.Map(lambda r: r[raw.ID]),
-                equal_to(['1']), label='eval')
+    assert_that(routed[raw.VALIDATION]
+                | 'ValidationIds' >> beam.Map(lambda r: r[raw.ID]),
+                equal_to(['1']), label='validation')
+    assert_that(routed[raw.TEST] | 'TestIds' >> beam.Map(lambda r: r[raw.ID]),
+                equal_to(['5']), label='test')
     assert_that(routed['rejected'], equal_to([
         {'id': '3', 'source': 's', 'reason': rejected.EMPTY_TEXT,
          'snippet': '   '},
@@ -212,17 +283,19 @@ def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
   write_jsonl(tmp_path / 'in.jsonl', rows)
   output = tmp_path / 'out'
   args = [f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
-          '--eval_fraction=0.3']
+          '--test_fraction=0.3', '--validation_fraction=0.2']
   first = preprocess.run(args)
-  first_eval = {e[transformed.ID] for e in read_examples(str(output), 'eval')}
+  first_splits = {split: {e[transformed.ID] for e in read_examples(
+      str(output), split)} for split in raw.SPLITS}
   (output / 'train-99999-of-99999.tfrecord.gz').write_text('stale')
   second = preprocess.run(args + ['--direct_running_mode=multi_processing',
                                   '--direct_num_workers=2'])
   assert not (output / 'train-99999-of-99999.tfrecord.gz').exists()
   assert first == second
-  assert first_eval == {e[transformed.ID]
-                        for e in read_examples(str(output), 'eval')}
-  assert 8 < len(first_eval) < 30
+  assert first_splits == {split: {e[transformed.ID] for e in read_examples(
+      str(output), split)} for split in raw.SPLITS}
+  assert 8 < len(first_splits[raw.TEST]) < 30
+  assert 2 < len(first_splits[raw.VALIDATION]) < 16
 
 
 @pytest.mark.parametrize('make_args, message', [
@@ -295,20 +368,22 @@ def test_labels_clashing_as_score_columns_are_a_job_error(tmp_path):
   assert not [p for p in os.listdir(tmp_path) if 'staging' in p]
 
 
-def test_eval_fraction_zero_is_refused_unless_splits_come_from_the_data(
-    tmp_path):
+@pytest.mark.parametrize('flag', ['--test_fraction', '--validation_fraction'])
+def test_a_zero_fraction_is_refused_unless_splits_come_from_the_data(
+    tmp_path, flag):
   write_jsonl(tmp_path / 'in.jsonl', good_rows(4, 'train'))
-  with pytest.raises(cli.JobError, match='--eval_fraction'):
+  with pytest.raises(cli.JobError, match=flag):
     preprocess.run([f'--input={tmp_path}/in.jsonl',
-                    f'--output_dir={tmp_path}/out', '--eval_fraction=0'])
+                    f'--output_dir={tmp_path}/out', f'{flag}=0'])
   assert not (tmp_path / 'out').exists()
   # Split folders (train/, test/) of a folder input decide the split.
   (tmp_path / 'docs' / 'train' / 'pos').mkdir(parents=True)
   (tmp_path / 'docs' / 'train' / 'pos' / '1.txt').write_text('fine')
   args, _ = preprocess.parse_args([f'--input={tmp_path}/docs',
                                    f'--output_dir={tmp_path}/out',
-                                   '--eval_fraction=0'])
-  assert preprocess.settings_from_args(args).eval_fraction == 0.0
+                                   f'{flag}=0'])
+  settings = preprocess.settings_from_args(args)
+  assert getattr(settings, flag.lstrip('-')) == 0.0
 
 
 @pytest.mark.parametrize('job', ['preprocess', 'score'])

@@ -37,7 +37,7 @@ def test_a_label_is_required_only_where_asked():
 
 def test_tally_from_counts_and_reconcile():
   tally = records.Tally.from_counts([
-      ['read', 10], ['written', 'train', 6], ['written', 'eval', 2],
+      ['read', 10], ['written', 'train', 6], ['written', 'test', 2],
       ['rejected', 'empty_text', 1], ['rejected', 'bad', 1],
       ['label', 'train', 'pos', 4], ['label', 'train', 'neg', 2],
       ['length', 7, 3]])

@@ -183,10 +183,10 @@ def test_dataset_readers_see_only_the_scored_rows(scored_run):
                ) == ids
 
 
-def test_export_carries_the_eval_split_reference(trained):
+def test_export_carries_the_test_split_reference(trained):
   _, metadata = export.load(str(trained[0]))
   reference = metadata[drift.REFERENCE]
-  assert reference['documents'] == 200  # the eval split
+  assert reference['documents'] == 200  # the test split
   assert sorted(reference['label_shares']) == ['neg', 'pos']
   assert sum(reference['label_shares'].values()) == pytest.approx(1.0)
   histogram = reference['confidence_histogram']
@@ -201,7 +201,7 @@ def test_partition_drift_in_the_manifest_and_its_report(scored_run):
   assert sum(report['partition']['label_shares'].values()) == pytest.approx(
       1.0)
   assert report['reference']['documents'] == 200
-  # The same kind of reviews as the eval split, half of each label.
+  # The same kind of reviews as the test split, half of each label.
   assert report['psi']['labels'] < drift.PSI_ALERT
   assert report['alert'] == (report['psi']['confidence'] > drift.PSI_ALERT)
   image = output_dir / 'dt=2026-11-21' / scored.REPORT_FILE

@@ -36,27 +36,55 @@ from trainer import train
 TINY_MODEL = ['--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--epochs=2']
 
 
-def preprocess_rows(folder, rows):
+def preprocess_rows(folder, rows, *flags):
   """A preprocessing output of ``rows``, split by their split field."""
   write_jsonl(folder / 'rows.jsonl', rows)
   data_dir = folder / 'preprocessed'
   preprocess.run([f'--input={folder}/rows.jsonl', f'--output_dir={data_dir}',
-                  '--split_field=split', '--max_len=16'])
+                  '--split_field=split', '--max_len=16', *flags])
   return data_dir
 
 
 def test_short_training_beats_chance_clearly(trained):
   model_dir, _, metrics = trained
-  assert metrics['examples'] == 200
-  assert metrics['accuracy'] > 0.9
-  assert metrics['roc_auc'] > 0.95
+  assert metrics['test']['examples'] == 200
+  assert metrics['test']['accuracy'] > 0.9
+  assert metrics['test']['roc_auc'] > 0.95
   for name in (evaluate.METRICS_FILE, evaluate.REPORT_FILE,
                evaluate.HISTORY_FILE, evaluate.HISTORY_PLOT,
-               evaluate.CONFUSION_PLOT):
+               evaluate.confusion_plot(raw.VALIDATION),
+               evaluate.confusion_plot(raw.TEST)):
     assert (model_dir / name).exists(), name
   assert (model_dir / evaluate.HISTORY_PLOT).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert list((model_dir / 'logs').rglob('events.out.tfevents*'))
   assert (model_dir / 'checkpoints' / 'best.weights.h5').exists()
+
+
+def test_metrics_report_validation_and_test_and_the_selecting_split(trained):
+  model_dir, _, metrics = trained
+  on_disk = json.loads((model_dir / evaluate.METRICS_FILE).read_text())
+  assert on_disk == metrics
+  assert metrics['selected_on'] == raw.VALIDATION
+  _, metadata = export.load(str(model_dir))
+  written = metadata['data_stats']['records']['written']
+  for split in raw.HELD_OUT:
+    section = metrics[split]
+    assert section['examples'] == written[split] > 0
+    assert set(section) >= {'accuracy', 'per_class', 'macro_f1', 'roc_auc',
+                            'confusion_matrix', 'calibration'}
+    assert sum(map(sum, section['confusion_matrix'][
+        'rows_true_columns_predicted'])) == section['examples']
+    for stage in ('before', 'after'):
+      assert 0 <= section['calibration'][stage]['ece'] <= 1
+    assert section['calibration']['temperature'] == (
+        metadata['calibration']['temperature'])
+  # The temperature was fitted on validation: no worse there than T = 1.
+  fitted = metrics['validation']['calibration']
+  assert fitted['after']['nll'] <= fitted['before']['nll'] + 1e-4
+  report = (model_dir / evaluate.REPORT_FILE).read_text()
+  assert '| | validation | test |' in report
+  assert f'{metrics["test"]["accuracy"]:.4f}' in report
+  assert f'{metrics["validation"]["accuracy"]:.4f}' in report
 
 
 def test_export_takes_raw_text_without_the_preprocessing_output(trained):
@@ -113,14 +141,17 @@ def test_nan_loss_is_a_job_error_and_nothing_is_exported(tmp_path):
   assert not (tmp_path / 'model' / export.EXPORT_DIR).exists()
 
 
-@pytest.mark.parametrize('make_rows, message', [
+@pytest.mark.parametrize('make_rows, validation_fraction, message', [
     (lambda: [row for row in synthetic_reviews(20, 0) + synthetic_reviews(
-        8, 1) if row['label'] == 'pos'], 'at least two classes'),
-    (lambda: synthetic_reviews(20, 0), 'eval split is empty'),
+        8, 1) if row['label'] == 'pos'], 0.5, 'at least two classes'),
+    (lambda: synthetic_reviews(20, 0), 0.5, 'the test split is empty'),
+    (lambda: synthetic_reviews(20, 0) + synthetic_reviews(8, 1), 0,
+     'the validation split is empty'),
 ])
-def test_untrainable_data_is_a_job_error_before_training(tmp_path, make_rows,
-                                                         message):
-  data_dir = preprocess_rows(tmp_path, make_rows())
+def test_untrainable_data_is_a_job_error_before_training(
+    tmp_path, make_rows, validation_fraction, message):
+  data_dir = preprocess_rows(tmp_path, make_rows(),
+                             f'--validation_fraction={validation_fraction}')
   with pytest.raises(cli.JobError, match=message):
     train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
                *TINY_MODEL])
@@ -481,7 +512,7 @@ def test_bucket_width_batches_documents_of_one_length_bucket(preprocessed):
     assert len(labels) == len(lengths) <= 16
     seen += len(lengths)
     widths.add(width)
-  assert seen == 200
+  assert seen == data.num_examples(raw.TRAIN) > 150
   # The buckets of 10 to 32 tokens; none is padded to max_len.
   assert widths == {16, 24, 32}
 
@@ -502,7 +533,7 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
   monkeypatch.setattr(data_lib, 'length_buckets', recording_buckets)
   # Every document of 10 to 32 tokens falls in the bucket of width 32, so
   # each batch is cut from max_len 40 to 32 without adding XLA
-  # compilations: one train and one eval shape, as without buckets.
+  # compilations: one train and one validation shape, as without buckets.
   metrics, export_dir = train.run([
       f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model',
       '--epochs=2', '--batch_size=16', '--embed_dim=8', '--ff_dim=8',
@@ -515,10 +546,13 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
   assert {name: metadata['training'][name] for name in flags} == flags
   # Early stopping needs more than --patience=2 epochs: both epochs ran.
   assert metadata['training']['epochs_run'] == 2
-  assert metrics['examples'] == 100
+  assert metrics['test']['examples'] == 100
   # The optimizer the model was compiled with: AdamW, clipped, on a
-  # schedule that warms up over a quarter of the 2 * 13 steps, 6 of them,
-  # and decays over the other 20.
+  # schedule that warms up over a quarter of the 2 epochs' steps and decays
+  # over the others.
+  steps = 2 * math.ceil(metadata['data_stats']['records']['written'][
+      raw.TRAIN] / 16)
+  warmup = steps // 4
   (optimizer,) = built
   assert isinstance(optimizer, keras.optimizers.AdamW)
   assert optimizer.weight_decay == 0.01 and optimizer.clipnorm == 1
@@ -526,6 +560,7 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
   assert schedule['class_name'] == 'CosineDecay'
   assert {name: schedule['config'][name] for name in (
       'warmup_steps', 'decay_steps', 'warmup_target')} == {
-          'warmup_steps': 6, 'decay_steps': 20, 'warmup_target': 0.005}
-  # Train and eval batches were both bucketed.
+          'warmup_steps': warmup, 'decay_steps': steps - warmup,
+          'warmup_target': 0.005}
+  # Train and validation batches were both bucketed.
   assert buckets == [(16, 32, True), (256, 32, False)]

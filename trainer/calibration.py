@@ -12,8 +12,7 @@ temperature 1 for every model kind. The model's ``Temperature`` layer holds
 T, so the export serves calibrated probabilities through the same
 signature.
 """
-import posixpath
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import keras
 import matplotlib
@@ -22,6 +21,7 @@ import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
 
+from schemas import raw  # pylint: disable=wrong-import-position
 from trainer import model as model_lib  # pylint: disable=wrong-import-position
 
 ECE_BINS = 15
@@ -162,20 +162,19 @@ def uncalibrated(probabilities: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def evaluate(labels: np.ndarray, probabilities: np.ndarray,
-             calibration: Dict, model_dir: str) -> Dict:
-  """Calibration figures of a split the export served, and its reliability
-  diagram in ``model_dir``: the served (calibrated) probabilities against
-  the same model at temperature 1."""
-  before = uncalibrated(probabilities, calibration['temperature'])
-  plot_reliability({'temperature 1': before,
-                    f'temperature {calibration["temperature"]:.3f}':
-                    probabilities}, labels,
-                   posixpath.join(model_dir, RELIABILITY_PLOT))
-  return {'temperature': calibration['temperature'],
+             temperature: float, plot_path: Optional[str] = None) -> Dict:
+  """Calibration figures of a split the export served: the served
+  (calibrated) probabilities against the same model at temperature 1; with
+  ``plot_path``, their reliability diagram there."""
+  before = uncalibrated(probabilities, temperature)
+  if plot_path:
+    plot_reliability({'temperature 1': before,
+                      f'temperature {temperature:.3f}': probabilities},
+                     labels, plot_path)
+  return {'temperature': temperature,
           'bins': ECE_BINS,
           'before': summary(before, labels),
-          'after': summary(probabilities, labels),
-          'validation': calibration['validation']}
+          'after': summary(probabilities, labels)}
 
 
 def plot_reliability(curves: Dict[str, np.ndarray], labels: np.ndarray,
@@ -205,22 +204,23 @@ def plot_reliability(curves: Dict[str, np.ndarray], labels: np.ndarray,
 
 
 def report_lines(metrics: Dict) -> List[str]:
-  """The report's calibration section (none for an uncalibrated model)."""
-  if 'calibration' not in metrics:
+  """The report's calibration section: each held-out split at temperature 1
+  and at the fitted temperature."""
+  splits = [split for split in raw.HELD_OUT
+            if 'calibration' in metrics.get(split, {})]
+  if not splits:
     return []
-  calibration = metrics['calibration']
-  rows = [('eval, temperature 1', calibration['before']),
-          (f'eval, temperature {calibration["temperature"]:.3f}',
-           calibration['after']),
-          ('validation, temperature 1', calibration['validation']['before']),
-          ('validation, calibrated', calibration['validation']['after'])]
+  temperature = metrics[splits[0]]['calibration']['temperature']
   lines = ['', '## Calibration', '',
-           f'Temperature fitted on the validation split: '
-           f'{calibration["temperature"]:.4f}; expected calibration error '
-           f'over {calibration["bins"]} equal-width confidence bins.', '',
-           '| probabilities | accuracy | ECE | NLL |',
+           f'Temperature fitted on the validation split: {temperature:.4f}; '
+           f'expected calibration error over {ECE_BINS} equal-width '
+           'confidence bins.', '',
+           '| split, probabilities | accuracy | ECE | NLL |',
            '| --- | ---: | ---: | ---: |']
-  for name, row in rows:
-    lines.append(f'| {name} | {row["accuracy"]:.4f} | {row["ece"]:.4f} | '
-                 f'{row["nll"]:.4f} |')
-  return lines + ['', f'![reliability diagram]({RELIABILITY_PLOT})']
+  for split in splits:
+    for name, key in (('temperature 1', 'before'),
+                      (f'temperature {temperature:.3f}', 'after')):
+      row = metrics[split]['calibration'][key]
+      lines.append(f'| {split}, {name} | {row["accuracy"]:.4f} | '
+                   f'{row["ece"]:.4f} | {row["nll"]:.4f} |')
+  return lines + ['', f'![reliability diagram, test]({RELIABILITY_PLOT})']

@@ -47,7 +47,7 @@ class PreprocessedData:
   def feature_spec(self, split: str, names=None) -> Dict:
     spec = self.tft_output.transformed_feature_spec()
     if split == raw.TRAIN:
-      for name in transformed.EVAL_ONLY:
+      for name in transformed.HELD_OUT_ONLY:
         spec.pop(name, None)
     if names is not None:
       spec = {name: spec[name] for name in names}
@@ -57,47 +57,11 @@ class PreprocessedData:
     return self.stats['records']['written'][split]
 
 
-@dataclasses.dataclass(frozen=True)
-class Holdout:
-  """A share of a split held out by a stable hash of each example's id.
-
-  The same examples are held out on every run, whatever the order or the
-  sharding of the files, so a validation set carved from train stays the
-  same across the configurations it selects between.
-
-  With ``key_pattern``, a regular expression (RE2) matching whole ids, the
-  hash is of what its first group captures, so that related examples fall
-  on the same side: in aclImdb, consecutive file ids are reviews of one
-  movie, and a validation set that shares movies with training rewards
-  memorising them (names, titles) over judging sentiment. An id that does
-  not match is hashed whole.
-  """
-  fraction: float
-  held_out: bool  # the held-out share, or the rest of the split
-  key_pattern: str = ''
-
-  def __post_init__(self):
-    if not 0.0 < self.fraction < 1.0:
-      raise ValueError(f'a holdout fraction must be in (0, 1), not '
-                       f'{self.fraction}')
-
-  def keeps(self, example_id: tf.Tensor) -> tf.Tensor:
-    if self.key_pattern:
-      example_id = tf.strings.regex_replace(example_id, self.key_pattern,
-                                            r'\1')
-    bucket = tf.strings.to_hash_bucket_fast(example_id, _HOLDOUT_BUCKETS)
-    inside = bucket < int(round(self.fraction * _HOLDOUT_BUCKETS))
-    return inside if self.held_out else tf.logical_not(inside)
-
-
-_HOLDOUT_BUCKETS = 10000
-
-
 def dataset(data: PreprocessedData, split: str, batch_size: int,
             shuffle: bool = False, seed: int = None,
             feature: str = transformed.TOKEN_IDS, cache: bool = True,
             drop_remainder: bool = False,
-            bucket_width: int = 0, holdout: Holdout = None) -> tf.data.Dataset:
+            bucket_width: int = 0) -> tf.data.Dataset:
   """Batches of (feature, label_id) from one split's gzip TFRecords.
 
   ``cache`` keeps the parsed split in memory after the first pass; a split
@@ -106,17 +70,11 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
   With ``bucket_width``, each batch holds documents of similar length and is
   cut to the longest of them, rounded up to a multiple of the width (see
   ``length_buckets``); the feature must then be the token ids.
-
-  With ``holdout``, only that part of the split: a validation set carved
-  from train, or train without it.
   """
   files = data.files(split)
   if not files:
     raise FileNotFoundError(f'no {split} files in {data.data_dir}')
-  names = [feature, transformed.LABEL_ID]
-  if holdout is not None:
-    names.append(transformed.ID)
-  spec = data.feature_spec(split, names)
+  spec = data.feature_spec(split, [feature, transformed.LABEL_ID])
   records = tf.data.Dataset.from_tensor_slices(files).interleave(
       lambda path: tf.data.TFRecordDataset(path, compression_type='GZIP'),
       cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE,
@@ -124,9 +82,6 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
   parsed = records.batch(1024).map(
       lambda batch: tf.io.parse_example(batch, spec),
       num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-  if holdout is not None:
-    parsed = parsed.filter(
-        lambda example: holdout.keeps(example[transformed.ID]))
   if cache:
     parsed = parsed.cache()
   if shuffle:

@@ -1,7 +1,10 @@
-"""Evaluation of the exported raw-text model on the eval split, and a report.
+"""Evaluation of the exported raw-text model on the validation and test
+splits, and a report.
 
-What is reported is what is served: the eval split's raw text goes through
-the export's signature, not through the Keras model in memory.
+What is reported is what is served: each split's raw text goes through the
+export's signature, not through the Keras model in memory. Validation chose
+the model (epoch, temperature, branch weights); test chose nothing, and is
+the figure to quote.
 """
 import csv
 import json
@@ -27,7 +30,12 @@ METRICS_FILE = 'metrics.json'
 REPORT_FILE = 'report.md'
 HISTORY_FILE = 'history.csv'
 HISTORY_PLOT = 'training_curves.png'
-CONFUSION_PLOT = 'confusion_matrix.png'
+# The split whose figures chose the model, as metrics.json says.
+SELECTED_ON = raw.VALIDATION
+
+
+def confusion_plot(split: str) -> str:
+  return f'confusion_matrix_{split}.png'
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -80,12 +88,13 @@ def classification_metrics(labels: np.ndarray, probabilities: np.ndarray,
   return metrics
 
 
-def predict_eval_split(signature, data: data_lib.PreprocessedData,
-                       batch_size: int = 256):
-  """(true label ids, probabilities) of a serving signature on the eval split."""
+def predict_split(signature, data: data_lib.PreprocessedData, split: str,
+                  batch_size: int = 256):
+  """(true label ids, probabilities) of a serving signature on a held-out
+  split."""
   labels, probabilities = [], []
   for text, label in data_lib.dataset(
-      data, raw.EVAL, batch_size, feature=transformed.TEXT, cache=False):
+      data, split, batch_size, feature=transformed.TEXT, cache=False):
     probabilities.append(signature(text=text)[serving.PROBABILITIES].numpy())
     labels.append(label.numpy())
   return np.concatenate(labels), np.concatenate(probabilities)
@@ -104,7 +113,7 @@ def _plot_history(history_path: str, out_path: str) -> bool:
     axes.plot(epochs, [float(r[metric]) for r in rows], 'o-', label='train')
     if f'val_{metric}' in rows[0]:
       axes.plot(epochs, [float(r[f'val_{metric}']) for r in rows], 'o-',
-                label='eval')
+                label=raw.VALIDATION)
     axes.set_xlabel('epoch')
     axes.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     axes.set_title(metric)
@@ -115,7 +124,7 @@ def _plot_history(history_path: str, out_path: str) -> bool:
   return True
 
 
-def _plot_confusion(metrics: Dict, out_path: str) -> None:
+def _plot_confusion(metrics: Dict, split: str, out_path: str) -> None:
   names = metrics['confusion_matrix']['labels']
   matrix = np.array(metrics['confusion_matrix']['rows_true_columns_predicted'])
   size = max(3.5, 0.6 * len(names) + 2)
@@ -128,7 +137,7 @@ def _plot_confusion(metrics: Dict, out_path: str) -> None:
   for (row, column), count in np.ndenumerate(matrix):
     axes.text(column, row, str(count), ha='center', va='center',
               color='white' if count > matrix.max() / 2 else 'black')
-  axes.set_title(f'accuracy {metrics["accuracy"]:.2%}')
+  axes.set_title(f'{split}: accuracy {metrics["accuracy"]:.2%}')
   figure.tight_layout()
   _save(figure, out_path)
 
@@ -139,28 +148,46 @@ def _save(figure, path: str) -> None:
   plt.close(figure)
 
 
+def _summary_lines(metrics: Dict) -> List[str]:
+  """The headline figures, one column a split."""
+  splits = raw.HELD_OUT
+  rows = [('examples', 'examples', '{}'), ('accuracy', 'accuracy', '{:.4f}'),
+          ('macro F1', 'macro_f1', '{:.4f}'), ('ROC AUC', 'roc_auc', '{:.4f}')]
+  lines = ['| | ' + ' | '.join(splits) + ' |',
+           '| --- |' + ' ---: |' * len(splits)]
+  for name, key, form in rows:
+    if key in metrics[splits[0]]:
+      lines.append(f'| {name} | ' + ' | '.join(
+          form.format(metrics[split][key]) for split in splits) + ' |')
+  return lines
+
+
+def _split_lines(section: Dict, split: str) -> List[str]:
+  lines = ['', f'## {split.capitalize()}', '',
+           '| class | precision | recall | F1 | support |',
+           '| --- | ---: | ---: | ---: | ---: |']
+  for name, row in section['per_class'].items():
+    lines.append(f'| {name} | {row["precision"]:.4f} | {row["recall"]:.4f} | '
+                 f'{row["f1"]:.4f} | {row["support"]} |')
+  return lines + ['', f'![{split} confusion matrix]({confusion_plot(split)})']
+
+
 def write_report(model_dir: str, metrics: Dict, metadata: Dict) -> None:
   """metrics.json, the PNG plots and report.md in ``model_dir``."""
   with tf.io.gfile.GFile(posixpath.join(model_dir, METRICS_FILE), 'w') as out:
     json.dump(metrics, out, indent=2, sort_keys=True)
   has_history = _plot_history(posixpath.join(model_dir, HISTORY_FILE),
                               posixpath.join(model_dir, HISTORY_PLOT))
-  _plot_confusion(metrics, posixpath.join(model_dir, CONFUSION_PLOT))
   lines = [
       '# Evaluation report', '',
       f'Export version {metadata["version"]}, evaluated through its raw-text '
-      f'signature on {metrics["examples"]} eval examples.', '',
-      f'- accuracy: **{metrics["accuracy"]:.4f}**',
-      f'- macro F1: {metrics["macro_f1"]:.4f}',
-  ]
-  if 'roc_auc' in metrics:
-    lines.append(f'- ROC AUC: {metrics["roc_auc"]:.4f}')
-  lines += ['', '| class | precision | recall | F1 | support |',
-            '| --- | ---: | ---: | ---: | ---: |']
-  for name, row in metrics['per_class'].items():
-    lines.append(f'| {name} | {row["precision"]:.4f} | {row["recall"]:.4f} | '
-                 f'{row["f1"]:.4f} | {row["support"]} |')
-  lines += ['', f'![confusion matrix]({CONFUSION_PLOT})']
+      f'signature. The {metrics["selected_on"]} split chose the epoch, the '
+      'temperature and any branch weights; the test split chose nothing.', '',
+      *_summary_lines(metrics)]
+  for split in raw.HELD_OUT:
+    _plot_confusion(metrics[split], split,
+                    posixpath.join(model_dir, confusion_plot(split)))
+    lines += _split_lines(metrics[split], split)
   if has_history:
     lines += ['', f'![loss and accuracy per epoch]({HISTORY_PLOT})']
   lines += calibration.report_lines(metrics)
@@ -173,13 +200,20 @@ def write_report(model_dir: str, metrics: Dict, metadata: Dict) -> None:
 
 def evaluate(export_dir: str, data: data_lib.PreprocessedData,
              model_dir: str) -> Dict:
+  """Serves the export over validation, then test, once; writes and returns
+  the metrics of both."""
   signature, metadata = export.load(export_dir)
-  labels, probabilities = predict_eval_split(signature, data)
-  metrics = classification_metrics(labels, probabilities, data.label_names)
-  if 'calibration' in metadata:
-    metrics['calibration'] = calibration.evaluate(
-        labels, probabilities, metadata['calibration'], model_dir)
-  # What the scoring job measures each partition's drift against.
+  metrics = {'selected_on': SELECTED_ON}
+  for split in raw.HELD_OUT:
+    labels, probabilities = predict_split(signature, data, split)
+    metrics[split] = classification_metrics(labels, probabilities,
+                                            data.label_names)
+    metrics[split]['calibration'] = calibration.evaluate(
+        labels, probabilities, metadata['calibration']['temperature'],
+        posixpath.join(model_dir, calibration.RELIABILITY_PLOT)
+        if split == raw.TEST else None)
+  # What the scoring job measures each partition's drift against: the
+  # predictions on data the model never learned from nor was chosen on.
   export.add_metadata(export_dir, {drift.REFERENCE: drift.reference(
       data.label_names, probabilities)})
   write_report(model_dir, metrics, metadata)

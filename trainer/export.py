@@ -4,7 +4,7 @@ A SavedModel in TF Serving's layout, ``<model_dir>/export/<version>/``, whose
 ``serving_default`` signature takes a batch of raw strings. The TFT transform
 graph is inside it, so serving tokenizes exactly as training did and the
 export keeps working after the preprocessing output is deleted. Metadata
-(version, label names, parameters, data stats, and once evaluated the eval
+(version, label names, parameters, data stats, and once evaluated the test
 split's prediction distribution, ``reference``) is saved beside the graph in
 ``assets.extra/metadata.json``.
 """

@@ -1,20 +1,19 @@
 """The trainer: a text classifier from the preprocessing job's TFRecords.
 
     python -m trainer.train --data_dir=PREPROCESS_OUTPUT --model_dir=DIR
-        [--epochs=2] [--batch_size=32] [--learning_rate=1e-3] [--embed_dim=32]
-        [--num_heads=2] [--key_dim=0] [--ff_dim=32] [--num_layers=1]
-        [--dropout=0.1] [--pooling=mean|max] [--positions=learned|sinusoidal]
-        [--model=transformer|nbsvm|hybrid] [--validation_fraction=0]
+        [--epochs=2] [--batch_size=32] [--learning_rate=1e-3] [--decay]
+        [--embed_dim=32] [--num_heads=2] [--key_dim=0] [--ff_dim=32]
+        [--num_layers=1] [--dropout=0.1] [--pooling=mean|max]
+        [--positions=learned|sinusoidal] [--model=transformer|nbsvm|hybrid]
         [--seed=42] ...
 
 Vocabulary size, number of classes and sequence length come from the
 preprocessing output. Trains with Adam(W) and sparse categorical
-cross-entropy (the hybrid's two branches one after the other), evaluates on
-the validation split (held out of train) or else the eval split every
-epoch, stops early with the best weights restored, fits the temperature
-(and the hybrid's branch weights) on the validation split, exports a
-raw-text SavedModel and evaluates that export into metrics.json and a
-report with plots.
+cross-entropy (the hybrid's two branches one after the other) on the train
+split; everything chosen is chosen on the validation split: the epoch
+(early stopping, best weights restored), the temperature and the hybrid's
+branch weights. Exports a raw-text SavedModel and evaluates that export on
+validation and, once, on test into metrics.json and a report with plots.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
@@ -31,7 +30,6 @@ import tensorflow as tf
 
 from pipeline import cli
 from schemas import raw
-from schemas import transformed
 from trainer import calibration
 from trainer import data as data_lib
 from trainer import evaluate
@@ -62,7 +60,8 @@ def parse_args(argv):
                       'stopping; the best weights are restored.')
   parser.add_argument('--monitor', choices=('val_loss', 'val_accuracy'),
                       default='val_loss',
-                      help='The eval metric that picks the best epoch.')
+                      help='The validation metric that picks the best '
+                      'epoch.')
   parser.add_argument('--bucket_width', type=int, default=0,
                       help='Batch documents of similar length, cut to a '
                       'multiple of this many tokens; 0 pads every batch to '
@@ -83,25 +82,12 @@ def parse_args(argv):
 
 
 def add_branch_args(parser) -> None:
-  """The flags of the model kind, the validation split and the n-gram
-  branch's training."""
+  """The flags of the model kind and the n-gram branch's training."""
   parser.add_argument('--model', choices=model_lib.MODELS,
                       default=model_lib.ModelParams().model,
                       help='transformer; nbsvm (binarized n-grams scaled '
                       'by Naive Bayes ratios); hybrid (both, each trained '
                       'alone, their logits weighted on validation).')
-  parser.add_argument('--validation_fraction', type=float, default=0.0,
-                      help='Hold this share of train out (by a hash of the '
-                      'id) as the validation split that picks the epoch and '
-                      'fits the temperature (and the hybrid\'s branch '
-                      'weights); 0: the eval split picks the epoch and '
-                      'nothing is calibrated.')
-  parser.add_argument('--validation_key', default='',
-                      help='A regular expression matching whole ids: the '
-                      'hold-out hashes its first group, keeping related '
-                      'examples together (aclImdb: '
-                      r"'^.*/(\d*)\d\d_\d+\.txt$', blocks of 100 file ids, "
-                      'which are grouped by movie).')
   parser.add_argument('--ngram_epochs', type=int, default=2,
                       help='Epochs of the n-gram branch (nbsvm, hybrid).')
   parser.add_argument('--ngram_learning_rate', type=float, default=1e-3)
@@ -111,14 +97,6 @@ def model_params(args) -> model_lib.ModelParams:
   return model_lib.ModelParams(**{
       field.name: getattr(args, field.name)
       for field in dataclasses.fields(model_lib.ModelParams)})
-
-
-def check_branch_args(args, params: model_lib.ModelParams) -> None:
-  if not 0.0 <= args.validation_fraction < 1.0:
-    raise ValueError('--validation_fraction must be in [0, 1)')
-  if len(params.branches) > 1 and not args.validation_fraction:
-    raise ValueError(f'--model={params.model} weights its branches on a '
-                     'validation split: give --validation_fraction')
 
 
 def learning_rate(args, steps: int):
@@ -187,33 +165,22 @@ class Inputs:
 
 
 def inputs(args, data: data_lib.PreprocessedData) -> Inputs:
-  """Train and validation batches: the eval split validates unless a share
-  of train is held out (--validation_fraction); then the eval split is left
-  for the final evaluation of the export alone."""
-  fit = held_out = None
-  examples = data.num_examples(raw.TRAIN)
-  if args.validation_fraction:
-    fit = data_lib.Holdout(args.validation_fraction, False,
-                           args.validation_key)
-    held_out = data_lib.Holdout(args.validation_fraction, True,
-                                args.validation_key)
-    examples = int(data_lib.dataset(
-        data, raw.TRAIN, 4096, feature=transformed.LENGTH, cache=False,
-        holdout=fit).reduce(0, lambda n, batch: n + tf.size(batch[1])))
+  """Train and validation batches; the test split is left for the final
+  evaluation of the export alone."""
   # Equal-sized batches: a short last batch would make XLA compile the step
   # again; reshuffling drops different examples every epoch.
   train_data = data_lib.dataset(data, raw.TRAIN, args.batch_size,
                                 shuffle=True, seed=args.seed,
                                 drop_remainder=True,
-                                bucket_width=args.bucket_width, holdout=fit)
+                                bucket_width=args.bucket_width)
   # Evaluation needs no small batches; large ones make it several times
   # cheaper per example.
-  validation = data_lib.dataset(
-      data, raw.TRAIN if held_out else raw.EVAL, max(args.batch_size, 256),
-      bucket_width=args.bucket_width, holdout=held_out)
-  train_once = data_lib.dataset(data, raw.TRAIN, 1024, cache=False,
-                                holdout=fit)
-  return Inputs(train_data, validation, examples, train_once)
+  validation = data_lib.dataset(data, raw.VALIDATION,
+                                max(args.batch_size, 256),
+                                bucket_width=args.bucket_width)
+  train_once = data_lib.dataset(data, raw.TRAIN, 1024, cache=False)
+  return Inputs(train_data, validation, data.num_examples(raw.TRAIN),
+                train_once)
 
 
 def branch_args(args, branch: str):
@@ -277,8 +244,7 @@ def train(args, params: model_lib.ModelParams,
         args, model, branch, fitting,
         args.model_dir if branch == params.branches[0] else
         posixpath.join(args.model_dir, branch))
-  fitted = (calibration.calibrate(model, fitting.validation)
-            if args.validation_fraction else None)
+  fitted = calibration.calibrate(model, fitting.validation)
   return model, histories, time.time() - started, fitted
 
 
@@ -289,11 +255,15 @@ def check_trainable(data: data_lib.PreprocessedData) -> None:
     raise cli.JobError(
         f'{data.data_dir} has the classes {data.label_names}: a classifier '
         'needs at least two classes in the train split')
-  if not data.num_examples(raw.EVAL):
-    raise cli.JobError(
-        f'{data.data_dir}: the eval split is empty, and the trainer needs it '
-        'to stop early and to evaluate; preprocess with --eval_fraction > 0 '
-        'or with eval records in the data')
+  needs = {raw.VALIDATION: ('to choose the epoch and the calibration',
+                            '--validation_fraction'),
+           raw.TEST: ('to measure the model on', '--test_fraction')}
+  for split, (purpose, flag) in needs.items():
+    if not data.num_examples(split):
+      raise cli.JobError(
+          f'{data.data_dir}: the {split} split is empty, and the trainer '
+          f'needs it {purpose}; preprocess with {flag} > 0 or with {split} '
+          'records in the data')
 
 
 def run(argv=None):
@@ -307,7 +277,6 @@ def run(argv=None):
   check_trainable(data)
   try:
     params = model_params(args)
-    check_branch_args(args, params)
   except ValueError as error:
     raise cli.JobError(str(error)) from error
   tf.io.gfile.makedirs(args.model_dir)
@@ -324,15 +293,16 @@ def run(argv=None):
                                  },
                                  'preprocessing': data.params,
                                  'data_stats': data.stats,
-                                 **({'calibration': fitted} if fitted else {}),
+                                 'calibration': fitted,
                              })
   metrics = evaluate.evaluate(export_dir, data, args.model_dir)
+  validation, test = metrics[raw.VALIDATION], metrics[raw.TEST]
   logging.info(
-      'train: %d epochs in %.0f s (total %.0f s); eval accuracy %.4f, macro '
-      'F1 %.4f on %d examples; export %s; report %s',
+      'train: %d epochs in %.0f s (total %.0f s); validation accuracy %.4f; '
+      'test accuracy %.4f, macro F1 %.4f on %d examples; export %s; report %s',
       sum(epochs_run.values()), seconds, time.time() - started,
-      metrics['accuracy'],
-      metrics['macro_f1'], metrics['examples'], export_dir,
+      validation['accuracy'], test['accuracy'], test['macro_f1'],
+      test['examples'], export_dir,
       posixpath.join(args.model_dir, evaluate.REPORT_FILE))
   return metrics, export_dir
 
