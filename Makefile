@@ -1,4 +1,5 @@
-# make run  - set up .venv, fetch IMDB, run the three jobs end to end
+# make run  - set up .venv, fetch IMDB, run the three jobs end to end with
+#            the flags of configs/$(CONFIG) (make run CONFIG=imdb_best)
 # make test - set up .venv, run the test suite
 PYTHON ?= python3
 VENV := .venv
@@ -8,6 +9,8 @@ PY := $(VENV)/bin/python
 SHARED_DATASETS := $(abspath ../shared/datasets)
 DATASET_CACHE ?= $(if $(wildcard $(SHARED_DATASETS)/SHA256SUMS),$(SHARED_DATASETS),$(abspath data/cache))
 DATA := data
+# An IMDB configuration under configs/: imdb_seed (a few minutes), imdb_best.
+CONFIG ?= imdb_seed
 OUT := out
 
 .PHONY: install run test bench bench-train bench-score clean
@@ -24,9 +27,9 @@ run: install
 	mkdir -p $(DATASET_CACHE)
 	$(PY) -m pipeline.datasets fetch imdb --dest $(DATA) --cache $(DATASET_CACHE)
 	$(PY) -m pipeline.preprocess --input=$(DATA)/aclImdb \
-	    --output_dir=$(OUT)/imdb/preprocessed
+	    --output_dir=$(OUT)/imdb/preprocessed @configs/$(CONFIG)/preprocess.args
 	$(PY) -m trainer.train --data_dir=$(OUT)/imdb/preprocessed \
-	    --model_dir=$(OUT)/imdb/model --epochs=2 --decay
+	    --model_dir=$(OUT)/imdb/model @configs/$(CONFIG)/train.args
 	$(PY) -m trainer.predict --model_dir=$(OUT)/imdb/model \
 	    "A moving, beautifully acted film." "Two hours I will never get back."
 	$(PY) -m pipeline.score --input=$(DATA)/aclImdb/test \

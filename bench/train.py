@@ -2,9 +2,13 @@
 
 For each corpus: fetch it (from the dataset cache), run the preprocessing
 job, train with the trainer, and read the metrics the trainer computed by
-serving its export over the eval split. In the same run, the anchor: a
-TF-IDF bag-of-bigrams logistic regression (Keras TextVectorization
-``tf_idf`` + one Dense layer) on exactly the same train/eval split.
+serving its export over the validation and test splits. In the same run,
+the anchor: a TF-IDF bag-of-bigrams logistic regression (Keras
+TextVectorization ``tf_idf`` + one Dense layer) trained on exactly the same
+train split and measured on the same test split.
+
+The flags of each run are those of ``configs/<name>/preprocess.args`` and
+``configs/<name>/train.args``, passed to the jobs as argument files.
 
     python bench/train.py [--only imdb_seed,imdb_best,spamassassin,sms]
 """
@@ -19,37 +23,48 @@ from common import argument_parser  # pylint: disable=wrong-import-position
 from common import machine  # pylint: disable=wrong-import-position
 from common import run_process  # pylint: disable=wrong-import-position
 
-# name: (corpus, input below the corpus folder, preprocess flags, train flags)
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), 'configs')
+# name (a folder of configs/): (corpus, input below the corpus folder)
 RUNS = {
-    'imdb_seed': ('imdb', '', ['--vocab_size=20000', '--max_len=200',
-                               '--drop_punctuation'],
-                  ['--epochs=2', '--decay']),
-    'imdb_best': ('imdb', '', ['--vocab_size=30000', '--max_len=512',
-                               '--drop_punctuation'], [
-        '--epochs=4', '--decay', '--bigram_buckets=100000',
-        '--token_dropout=0.5', '--bucket_width=64', '--monitor=val_accuracy',
-        '--patience=4']),
-    'spamassassin': ('spamassassin', '*/*', [
-        '--format=email', '--eval_fraction=0.2', '--max_len=400'], [
-            '--epochs=10', '--decay', '--learning_rate=2e-3',
-            '--bigram_buckets=100000', '--token_dropout=0.25',
-            '--bucket_width=64', '--monitor=val_accuracy', '--patience=4']),
-    'sms': ('sms', 'sms.csv', ['--eval_fraction=0.2', '--max_len=100'], [
-        '--epochs=10', '--decay', '--learning_rate=2e-3',
-        '--bigram_buckets=50000', '--token_dropout=0.5', '--bucket_width=32',
-        '--monitor=val_accuracy', '--patience=4']),
+    'imdb_seed': ('imdb', ''),
+    'imdb_best': ('imdb', ''),
+    'spamassassin': ('spamassassin', '*/*'),
+    'sms': ('sms', 'sms.csv'),
 }
 
 
-def tfidf_baseline(corpus_dir: str, corpus: str, input_pattern: str) -> dict:
-  """TF-IDF bigram logistic regression on our train/eval split of a corpus."""
+def config_file(name: str, job: str) -> str:
+  return os.path.join(CONFIGS, name, f'{job}.args')
+
+
+def config_flags(name: str, job: str) -> list:
+  """The flags of an argument file, one a line, as the job reads them."""
+  with open(config_file(name, job), encoding='utf-8') as handle:
+    return handle.read().splitlines()
+
+
+def _fractions(preprocess_flags: list) -> tuple:
+  """--test_fraction and --validation_fraction as the preprocessing job
+  takes them from ``preprocess_flags``."""
+  from pipeline import preprocess  # pylint: disable=import-outside-toplevel
+  args, _ = preprocess.parse_args(['--input=-', '--output_dir=-',
+                                   *preprocess_flags])
+  return args.test_fraction, args.validation_fraction
+
+
+def tfidf_baseline(corpus_dir: str, corpus: str, input_pattern: str,
+                   fractions: tuple) -> dict:
+  """TF-IDF bigram logistic regression on our train and test splits of a
+  corpus (``fractions``: test and validation, as the preprocessing job
+  had them)."""
   # Imported here: the parent process stays light while the jobs run.
   import glob  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
   import keras  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from pipeline import readers  # pylint: disable=import-outside-toplevel
-  from pipeline.preprocess import hash_split  # pylint: disable=import-outside-toplevel
+  from pipeline.preprocess import assign_split  # pylint: disable=import-outside-toplevel
   from schemas import raw  # pylint: disable=import-outside-toplevel
 
   if corpus == 'sms':
@@ -64,12 +79,12 @@ def tfidf_baseline(corpus_dir: str, corpus: str, input_pattern: str) -> dict:
     for path in paths:
       record = readers.read_document(path, config, corpus == 'spamassassin')
       rows.append((record[raw.TEXT], record[raw.LABEL], record[raw.SPLIT]))
-  splits = {raw.TRAIN: ([], []), raw.EVAL: ([], [])}
+  splits = {split: ([], []) for split in raw.SPLITS}
   names = sorted({label for _, label, _ in rows})
   for text, label, split in rows:
     if not text.strip():
       continue
-    split = raw.SPLIT_ALIASES[split] if split else hash_split(text, 0.2)
+    split = assign_split(text, split, *fractions)
     splits[split][0].append(text)
     splits[split][1].append(names.index(label))
   started = time.time()
@@ -86,20 +101,20 @@ def tfidf_baseline(corpus_dir: str, corpus: str, input_pattern: str) -> dict:
       (train_texts, train_labels)).shuffle(len(train_texts), seed=1).batch(
           64).map(lambda texts, labels: (vectorizer(texts), labels))
   classifier.fit(train_ds, epochs=10, verbose=0)
-  eval_texts, eval_labels = splits[raw.EVAL]
+  test_texts, test_labels = splits[raw.TEST]
   probabilities = classifier.predict(
-      tf.data.Dataset.from_tensor_slices(eval_texts).batch(64).map(
+      tf.data.Dataset.from_tensor_slices(test_texts).batch(64).map(
           vectorizer), verbose=0)
   predictions = probabilities.argmax(axis=1)
-  eval_labels = np.array(eval_labels)
-  result = {'accuracy': float((predictions == eval_labels).mean()),
+  test_labels = np.array(test_labels)
+  result = {'accuracy': float((predictions == test_labels).mean()),
             'seconds': round(time.time() - started, 1),
-            'train': len(train_texts), 'eval': len(eval_texts)}
+            'train': len(train_texts), 'test': len(test_texts)}
   if 'spam' in names:
     spam = names.index('spam')
-    tp = int(((predictions == spam) & (eval_labels == spam)).sum())
+    tp = int(((predictions == spam) & (test_labels == spam)).sum())
     precision = tp / max(int((predictions == spam).sum()), 1)
-    recall = tp / max(int((eval_labels == spam).sum()), 1)
+    recall = tp / max(int((test_labels == spam).sum()), 1)
     result['spam_f1'] = 2 * precision * recall / max(precision + recall, 1e-9)
   return result
 
@@ -113,7 +128,7 @@ def main():
   print(f'machine: {machine()}', flush=True)
   results = {}
   for name in args.only.split(','):
-    corpus, pattern, preprocess_flags, train_flags = RUNS[name]
+    corpus, pattern = RUNS[name]
     run_process([python, '-m', 'pipeline.datasets', 'fetch', corpus, '--dest',
                  work, '--cache', args.cache])
     corpus_dir = os.path.join(work, {'imdb': 'aclImdb'}.get(corpus, corpus))
@@ -121,26 +136,33 @@ def main():
     model_dir = os.path.join(work, 'runs', name, 'model')
     run_process([python, '-m', 'pipeline.preprocess',
                  f'--input={os.path.join(corpus_dir, pattern)}'.rstrip('/'),
-                 f'--output_dir={data_dir}'] + preprocess_flags)
+                 f'--output_dir={data_dir}',
+                 f'@{config_file(name, "preprocess")}'])
     wall, peak = run_process([python, '-m', 'trainer.train',
                               f'--data_dir={data_dir}',
-                              f'--model_dir={model_dir}'] + train_flags)
+                              f'--model_dir={model_dir}',
+                              f'@{config_file(name, "train")}'])
     with open(os.path.join(model_dir, 'metrics.json')) as handle:
       metrics = json.load(handle)
     exported = os.path.join(model_dir, 'export')
     with open(os.path.join(exported, sorted(os.listdir(exported))[-1],
                            'assets.extra', 'metadata.json')) as handle:
       training = json.load(handle)['training']
-    ours = {'accuracy': metrics['accuracy'], 'macro_f1': metrics['macro_f1'],
+    test = metrics['test']
+    ours = {'selected_on': metrics['selected_on'],
+            'validation_accuracy': metrics['validation']['accuracy'],
+            'accuracy': test['accuracy'], 'macro_f1': test['macro_f1'],
             'epochs_run': training['epochs_run'],
             'training_s': training['training_seconds'],
             'job_wall_s': round(wall, 1), 'peak_mib': round(peak)}
-    if 'spam' in metrics['per_class']:
-      ours['spam_f1'] = metrics['per_class']['spam']['f1']
-    results[name] = {'preprocess': preprocess_flags, 'train': train_flags,
-                     'ours': ours,
-                     'tfidf_bigram_lr': tfidf_baseline(corpus_dir, corpus,
-                                                       pattern)}
+    if 'spam' in test['per_class']:
+      ours['spam_f1'] = test['per_class']['spam']['f1']
+    preprocess_flags = config_flags(name, 'preprocess')
+    results[name] = {'preprocess': preprocess_flags,
+                     'train': config_flags(name, 'train'), 'ours': ours,
+                     'tfidf_bigram_lr': tfidf_baseline(
+                         corpus_dir, corpus, pattern,
+                         _fractions(preprocess_flags))}
     print(name, json.dumps(results[name]), flush=True)
   print(json.dumps(results, indent=2))
 

@@ -53,7 +53,9 @@ _NAMESPACE = 'preprocess'
 
 
 def parse_args(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  # @FILE reads flags from a file, one a line (configs/<name>/).
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                   fromfile_prefix_chars='@')
   readers.add_reader_arguments(parser)
   parser.add_argument('--output_dir', required=True)
   parser.add_argument('--overwrite', action='store_true',
@@ -85,7 +87,9 @@ def parse_args(argv):
                       default=defaults.truncation,
                       help='Tokens kept from a document longer than max_len: '
                       'the first, the last, or half of each.')
-  parser.add_argument('--drop_punctuation', action='store_true',
+  parser.add_argument('--drop_punctuation',
+                      action=argparse.BooleanOptionalAction,
+                      default=not defaults.keep_punctuation,
                       help='Drop punctuation and symbols instead of making '
                       'them tokens.')
   return parser.parse_known_args(argv)

@@ -58,7 +58,9 @@ _ROW_GROUP_BYTES = 32 << 20
 
 
 def parse_args(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  # @FILE reads flags from a file, one a line, as the other jobs do.
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                   fromfile_prefix_chars='@')
   readers.add_reader_arguments(parser)
   parser.add_argument('--model_dir', required=True,
                       help='The trainer\'s model folder (its newest export '

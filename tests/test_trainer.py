@@ -394,15 +394,16 @@ def test_learning_rate_warms_up_then_follows_a_cosine_to_zero():
 
 
 def test_warmup_alone_then_holds_the_rate_and_decay_alone_starts_at_it():
+  # Decay is on by default.
   warmup = train.learning_rate(train_args(
-      '--learning_rate=0.01', '--warmup_fraction=0.1'), 100)
+      '--learning_rate=0.01', '--warmup_fraction=0.1', '--no-decay'), 100)
   assert rates(warmup, [0, 5, 10, 100]) == pytest.approx(
       [0, 0.005, 0.01, 0.01], abs=1e-9)
-  decay = train.learning_rate(train_args('--learning_rate=0.01', '--decay'),
-                              100)
+  decay = train.learning_rate(train_args('--learning_rate=0.01'), 100)
   assert rates(decay, [0, 50, 100]) == pytest.approx([0.01, 0.005, 0],
                                                      abs=1e-9)
-  assert train.learning_rate(train_args('--learning_rate=0.01'), 100) == 0.01
+  assert train.learning_rate(train_args('--learning_rate=0.01',
+                                        '--no-decay'), 100) == 0.01
 
 
 def test_the_optimizer_follows_the_schedule():

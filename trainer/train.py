@@ -1,11 +1,11 @@
 """The trainer: a text classifier from the preprocessing job's TFRecords.
 
     python -m trainer.train --data_dir=PREPROCESS_OUTPUT --model_dir=DIR
-        [--epochs=2] [--batch_size=32] [--learning_rate=1e-3] [--decay]
+        [--epochs=2] [--batch_size=32] [--learning_rate=1e-3] [--[no-]decay]
         [--embed_dim=32] [--num_heads=2] [--key_dim=0] [--ff_dim=32]
         [--num_layers=1] [--dropout=0.1] [--pooling=mean|max]
         [--positions=learned|sinusoidal] [--model=transformer|nbsvm|hybrid]
-        [--seed=42] ...
+        [--seed=42] ... [@configs/NAME/train.args]
 
 Vocabulary size, number of classes and sequence length come from the
 preprocessing output. Trains with Adam(W) and sparse categorical
@@ -39,7 +39,9 @@ from trainer import ngrams
 
 
 def parse_args(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  # @FILE reads flags from a file, one a line (configs/<name>/).
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                   fromfile_prefix_chars='@')
   parser.add_argument('--data_dir', required=True,
                       help='Output folder of pipeline.preprocess.')
   parser.add_argument('--model_dir', required=True)
@@ -49,7 +51,8 @@ def parse_args(argv):
   parser.add_argument('--warmup_fraction', type=float, default=0.0,
                       help='Share of the steps with a linear warm-up; with '
                       '--decay, the rate then follows a cosine to zero.')
-  parser.add_argument('--decay', action='store_true',
+  parser.add_argument('--decay', action=argparse.BooleanOptionalAction,
+                      default=True,
                       help='Cosine decay of the learning rate to zero.')
   parser.add_argument('--weight_decay', type=float, default=0.0,
                       help='Decoupled weight decay (AdamW) when > 0.')
