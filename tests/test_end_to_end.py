@@ -51,8 +51,9 @@ def test_imdb_slice_keeps_the_official_split(corpora, tmp_path):
   # The lengths are those of the job's own tokenizer, with its defaults, over
   # both splits. On this slice: p50 218, p90 567, max 1161 tokens.
   texts = [pathlib.Path(path).read_bytes() for path in glob.glob(pattern)]
-  tokens = transform.tokenize(tf.constant(texts),
-                              transform.TransformParams().max_token_chars)
+  defaults = transform.TransformParams()
+  tokens = transform.tokenize(tf.constant(texts), defaults.max_token_chars,
+                              defaults.keep_punctuation)
   lengths = tokens.row_lengths().numpy().tolist()
   assert stats['token_length']['p50'] == nearest_rank(lengths, 0.5)
   assert stats['token_length']['p90'] == nearest_rank(lengths, 0.9)
