@@ -1,12 +1,14 @@
 """Shared fixtures and helpers: the dataset cache, fetched corpora, a job
 runner, JSONL input and dead-letter output."""
 import contextlib
+import fcntl
 import glob
 import json
 import os
 import pathlib
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,7 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 import pytest
 
+from pipeline import cli
 from pipeline import jobs
 from schemas import rejected
 
@@ -64,6 +67,18 @@ def run_module(module, *args, timeout=600):
   return subprocess.run([sys.executable, '-m', module, *map(str, args)],
                         capture_output=True, text=True, timeout=timeout,
                         cwd=REPO)
+
+
+def main_in_process(monkeypatch, capsys, run, *args):
+  """Runs a job's ``run`` as ``python -m`` runs it, through ``cli.main``, in
+  this process, which has TF and Beam imported already. Returns the exit
+  status and what the job wrote to stderr."""
+  # main installs a SIGTERM handler; the test process keeps its own.
+  monkeypatch.setattr(signal, 'signal', lambda *_: None)
+  monkeypatch.setattr(sys, 'argv', ['job', *map(str, args)])
+  with pytest.raises(SystemExit) as exit_info:
+    cli.main(run)
+  return exit_info.value.code, capsys.readouterr().err
 
 
 def write_jsonl(path, rows):
@@ -128,22 +143,49 @@ def synthetic_reviews(count, seed):
   return rows
 
 
-@pytest.fixture(scope='session')
-def trained(tmp_path_factory):
+def built_once(tmp_path_factory, name, build):
+  """The folder ``name`` that ``build(folder)`` fills once per test session.
+  Under pytest-xdist the workers share it: the first to need it builds it
+  while the others wait on a lock, so a worker never repeats a training
+  another one has done."""
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get('PYTEST_XDIST_WORKER'):
+    root = root.parent  # this session's, above every worker's own folder
+  folder = root / name
+  with open(root / f'{name}.lock', 'w', encoding='utf-8') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (folder / '.built').exists():
+      shutil.rmtree(folder, ignore_errors=True)
+      folder.mkdir()
+      build(folder)
+      (folder / '.built').touch()
+  return folder
+
+
+def _train_reviews(folder):
   """Preprocesses synthetic reviews, trains briefly, exports; then deletes
-  the preprocessing output so everything after must live in the export.
-  Returns (model_dir, export_dir, metrics)."""
+  the preprocessing output so everything after must live in the export."""
   from pipeline import preprocess
   from trainer import train
-  folder = tmp_path_factory.mktemp('trainer')
   write_jsonl(folder / 'reviews.jsonl',
               synthetic_reviews(600, 0) + synthetic_reviews(200, 1))
   data_dir = folder / 'preprocessed'
   preprocess.run([f'--input={folder}/reviews.jsonl', f'--output_dir={data_dir}',
                   '--split_field=split', '--max_len=24'])
-  model_dir = folder / 'model'
   metrics, export_dir = train.run([
-      f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--epochs=4',
-      '--batch_size=16', '--embed_dim=16', '--ff_dim=16', '--seed=7'])
+      f'--data_dir={data_dir}', f'--model_dir={folder / "model"}',
+      '--epochs=4', '--batch_size=16', '--embed_dim=16', '--ff_dim=16',
+      '--seed=7'])
   shutil.rmtree(data_dir)
-  return model_dir, export_dir, metrics
+  (folder / 'trained.json').write_text(json.dumps(
+      {'metrics': metrics, 'export_dir': export_dir}))
+
+
+@pytest.fixture(scope='session')
+def trained(tmp_path_factory):
+  """A model trained on synthetic reviews, whose preprocessing output is
+  gone (see ``_train_reviews``). Returns (model_dir, export_dir, metrics) as
+  train.run gave them."""
+  folder = built_once(tmp_path_factory, 'trainer', _train_reviews)
+  result = json.loads((folder / 'trained.json').read_text())
+  return folder / 'model', result['export_dir'], result['metrics']

@@ -1,12 +1,11 @@
 """cli.main: faults of a job or of its machine reach the user as one line."""
 import errno
-import signal
-import sys
 
 from apache_beam.io.filesystem import BeamIOError
 import pytest
 
 from pipeline import cli
+from tests.conftest import main_in_process
 
 
 def disk_full():
@@ -21,17 +20,11 @@ def raised_while_handling(cause):
   return wrapper
 
 
-def run_main(monkeypatch, error):
-  # main installs a SIGTERM handler; the test process keeps its own.
-  monkeypatch.setattr(signal, 'signal', lambda *args: None)
-  monkeypatch.setattr(sys, 'argv', ['job'])
-
+def run_main(monkeypatch, capsys, error):
   def run(argv):
     del argv
     raise error
-  with pytest.raises(SystemExit) as exit_info:
-    cli.main(run)
-  return exit_info.value.code
+  return main_in_process(monkeypatch, capsys, run)
 
 
 @pytest.mark.parametrize('error, message', [
@@ -47,12 +40,14 @@ def run_main(monkeypatch, error):
         'worker_text'])
 def test_a_full_or_read_only_disk_is_one_error_line(monkeypatch, capsys,
                                                     error, message):
-  assert run_main(monkeypatch, error) == cli.EXIT_JOB_ERROR
-  lines = capsys.readouterr().err.strip().splitlines()
+  status, stderr = run_main(monkeypatch, capsys, error)
+  assert status == cli.EXIT_JOB_ERROR
+  lines = stderr.strip().splitlines()
   assert len(lines) == 1
   assert lines[0].startswith('error: ') and message in lines[0]
 
 
-def test_other_os_errors_keep_their_traceback(monkeypatch):
+def test_other_os_errors_keep_their_traceback(monkeypatch, capsys):
   with pytest.raises(FileNotFoundError):
-    run_main(monkeypatch, FileNotFoundError(errno.ENOENT, 'No such file'))
+    run_main(monkeypatch, capsys,
+             FileNotFoundError(errno.ENOENT, 'No such file'))

@@ -84,10 +84,12 @@ def test_download_from_the_registries_into_the_cache(tmp_path, artifact):
 
 def dataset_test_with_cache(cache, test_name):
   """Runs one dataset test in its own pytest with DATASET_CACHE=cache and pip
-  kept off the index: what it passes, it passed from the cache alone."""
+  kept off the index: what it passes, it passed from the cache alone. In one
+  process (-n 0): pytest.ini's two workers would each import TF and Beam
+  again to run one test."""
   return subprocess.run(
       [sys.executable, '-m', 'pytest', 'tests/test_datasets.py', '-k',
-       test_name, '-q', '-rs', '-p', 'no:cacheprovider'],
+       test_name, '-q', '-rs', '-p', 'no:cacheprovider', '-n', '0'],
       cwd=REPO, capture_output=True, text=True, timeout=600,
       env=dict(os.environ, DATASET_CACHE=str(cache), PIP_NO_INDEX='1'))
 

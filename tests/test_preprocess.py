@@ -4,8 +4,6 @@ import glob
 import importlib
 import json
 import os
-import signal
-import sys
 
 import apache_beam as beam
 from apache_beam.testing.util import assert_that
@@ -23,7 +21,7 @@ from schemas import rejected
 from schemas import transformed
 from tests.conftest import beam_pipeline
 from tests.conftest import dead_letters
-from tests.conftest import run_module
+from tests.conftest import main_in_process
 from tests.conftest import write_jsonl
 
 
@@ -310,14 +308,15 @@ def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
     (lambda d: [f'--input={d}/**', '--format=text', f'--output_dir={d}/out'],
      'is inside the input'),
 ])
-def test_job_level_faults_exit_non_zero_with_one_line(tmp_path, make_args,
-                                                      message):
+def test_job_level_faults_exit_non_zero_with_one_line(
+    tmp_path, make_args, message, monkeypatch, capsys):
   write_jsonl(tmp_path / 'in.jsonl', [{'text': 'x', 'label': 'a'}])
   (tmp_path / 'out').mkdir()
   (tmp_path / 'out' / 'previous').write_text('kept')
-  result = run_module('pipeline.preprocess', *make_args(tmp_path))
-  assert result.returncode == 2
-  last = result.stderr.strip().splitlines()[-1]
+  status, stderr = main_in_process(monkeypatch, capsys, preprocess.run,
+                                   *make_args(tmp_path))
+  assert status == 2
+  last = stderr.strip().splitlines()[-1]
   assert message in last
   assert (tmp_path / 'out' / 'previous').read_text() == 'kept'
   assert not os.path.exists(outputs.staging_root(str(tmp_path / 'out')))
@@ -340,12 +339,13 @@ def test_an_output_it_did_not_write_or_would_read_is_refused(tmp_path):
   assert sorted(os.listdir(tmp_path)) == ['data', 'out']
 
 
-def test_no_train_records_is_a_job_error(tmp_path):
+def test_no_train_records_is_a_job_error(tmp_path, monkeypatch, capsys):
   write_jsonl(tmp_path / 'in.jsonl', [{'text': '', 'label': 'a'}])
-  result = run_module('pipeline.preprocess', f'--input={tmp_path}/in.jsonl',
-                      f'--output_dir={tmp_path}/out')
-  assert result.returncode == 2
-  assert 'no record reached the train split' in result.stderr
+  status, stderr = main_in_process(
+      monkeypatch, capsys, preprocess.run, f'--input={tmp_path}/in.jsonl',
+      f'--output_dir={tmp_path}/out')
+  assert status == 2
+  assert 'no record reached the train split' in stderr
   assert not (tmp_path / 'out').exists()
 
 
@@ -417,15 +417,11 @@ def test_a_full_disk_is_one_error_line_and_keeps_the_previous_output(
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), 'train-00000')
   monkeypatch.setattr(tfrecords._FramedRecordsSink, 'write_encoded_record',
                       disk_full)
-  # main installs a SIGTERM handler; the test process keeps its own.
-  monkeypatch.setattr(signal, 'signal', lambda *args: None)
-  monkeypatch.setattr(sys, 'argv', [
-      'preprocess', f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
-      '--split_field=split', '--overwrite'])
-  with pytest.raises(SystemExit) as exit_info:
-    cli.main(preprocess.run)
-  assert exit_info.value.code == cli.EXIT_JOB_ERROR
-  last = capsys.readouterr().err.strip().splitlines()[-1]
+  status, stderr = main_in_process(
+      monkeypatch, capsys, preprocess.run, f'--input={tmp_path}/in.jsonl',
+      f'--output_dir={output}', '--split_field=split', '--overwrite')
+  assert status == cli.EXIT_JOB_ERROR
+  last = stderr.strip().splitlines()[-1]
   assert last.startswith('error: ') and 'No space left on device' in last
   assert os.listdir(output) == ['previous']
   assert not [p for p in os.listdir(tmp_path) if 'staging' in p]

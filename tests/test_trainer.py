@@ -131,12 +131,11 @@ def test_trainer_job_error_on_a_missing_data_dir(tmp_path):
   assert 'is not a preprocessing output' in result.stderr.strip().splitlines()[-1]
 
 
-def test_nan_loss_is_a_job_error_and_nothing_is_exported(tmp_path):
-  data_dir = preprocess_rows(
-      tmp_path, synthetic_reviews(40, 0) + synthetic_reviews(16, 1))
+def test_nan_loss_is_a_job_error_and_nothing_is_exported(preprocessed,
+                                                         tmp_path):
   with pytest.raises(cli.JobError, match='nan'):
     # A learning rate this large makes the weights overflow at once.
-    train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
+    train.run([f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model',
                '--learning_rate=1e30', *TINY_MODEL])
   assert not (tmp_path / 'model' / export.EXPORT_DIR).exists()
 
