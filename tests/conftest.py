@@ -129,21 +129,35 @@ def synthetic_reviews(count, seed):
 
 
 @pytest.fixture(scope='session')
-def trained(tmp_path_factory):
-  """Preprocesses synthetic reviews, trains briefly, exports; then deletes
-  the preprocessing output so everything after must live in the export.
-  Returns (model_dir, export_dir, metrics)."""
+def synthetic_preprocessed(tmp_path_factory):
+  """The preprocessing output of synthetic reviews (max_len 24), made once;
+  a test that trains on it must leave it as it is."""
   from pipeline import preprocess
-  from trainer import train
-  folder = tmp_path_factory.mktemp('trainer')
+  folder = tmp_path_factory.mktemp('synthetic')
   write_jsonl(folder / 'reviews.jsonl',
               synthetic_reviews(600, 0) + synthetic_reviews(200, 1))
   data_dir = folder / 'preprocessed'
   preprocess.run([f'--input={folder}/reviews.jsonl', f'--output_dir={data_dir}',
                   '--split_field=split', '--max_len=24'])
+  return data_dir
+
+
+# The trained fixture's training flags.
+TRAIN_FLAGS = ('--epochs=4', '--batch_size=16', '--embed_dim=16',
+               '--ff_dim=16', '--seed=7')
+
+
+@pytest.fixture(scope='session')
+def trained(tmp_path_factory, synthetic_preprocessed):
+  """Trains briefly on a copy of synthetic_preprocessed and exports; then
+  deletes the copy so everything after must live in the export. Returns
+  (model_dir, export_dir, metrics)."""
+  from trainer import train
+  folder = tmp_path_factory.mktemp('trainer')
+  data_dir = folder / 'preprocessed'
+  shutil.copytree(synthetic_preprocessed, data_dir)
   model_dir = folder / 'model'
   metrics, export_dir = train.run([
-      f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--epochs=4',
-      '--batch_size=16', '--embed_dim=16', '--ff_dim=16', '--seed=7'])
+      f'--data_dir={data_dir}', f'--model_dir={model_dir}', *TRAIN_FLAGS])
   shutil.rmtree(data_dir)
   return model_dir, export_dir, metrics

@@ -68,6 +68,17 @@ def parse_args(argv):
                       'multiple of this many tokens; 0 pads every batch to '
                       'max_len.')
   parser.add_argument('--seed', type=int, default=42)
+  parser.add_argument('--cache', choices=data_lib.CACHE_POLICIES,
+                      default='auto',
+                      help='Keep the train and validation splits parsed in '
+                      'memory (memory), read them from their files every '
+                      'epoch (none), or memory when a split, as stats.json '
+                      'sizes it, fits --cache_memory_share (auto).')
+  parser.add_argument('--cache_memory_share', type=float,
+                      default=data_lib.CACHE_MEMORY_SHARE,
+                      help='With --cache=auto: the share of the available '
+                      'memory a split may take cached; it also bounds the '
+                      'shuffle buffer.')
   add_branch_args(parser)
   defaults = model_lib.ModelParams()
   for field in dataclasses.fields(model_lib.ModelParams):
@@ -114,6 +125,8 @@ def model_params(args) -> model_lib.ModelParams:
 
 
 def check_branch_args(args, params: model_lib.ModelParams) -> None:
+  if args.cache_memory_share <= 0:
+    raise ValueError('--cache_memory_share must be > 0')
   if not 0.0 <= args.validation_fraction < 1.0:
     raise ValueError('--validation_fraction must be in [0, 1)')
   if len(params.branches) > 1 and not args.validation_fraction:
@@ -200,17 +213,22 @@ def inputs(args, data: data_lib.PreprocessedData) -> Inputs:
     examples = int(data_lib.dataset(
         data, raw.TRAIN, 4096, feature=transformed.LENGTH, cache=False,
         holdout=fit).reduce(0, lambda n, batch: n + tf.size(batch[1])))
+  budget = int(args.cache_memory_share * data_lib.available_memory())
+  validation_split = raw.TRAIN if held_out else raw.EVAL
   # Equal-sized batches: a short last batch would make XLA compile the step
   # again; reshuffling drops different examples every epoch.
-  train_data = data_lib.dataset(data, raw.TRAIN, args.batch_size,
-                                shuffle=True, seed=args.seed,
-                                drop_remainder=True,
-                                bucket_width=args.bucket_width, holdout=fit)
+  train_data = data_lib.dataset(
+      data, raw.TRAIN, args.batch_size, shuffle=True, seed=args.seed,
+      drop_remainder=True, bucket_width=args.bucket_width, holdout=fit,
+      cache=data_lib.cache_in_memory(args.cache, data, raw.TRAIN, budget),
+      buffer_size=data_lib.shuffle_buffer(data, raw.TRAIN, budget))
   # Evaluation needs no small batches; large ones make it several times
   # cheaper per example.
   validation = data_lib.dataset(
-      data, raw.TRAIN if held_out else raw.EVAL, max(args.batch_size, 256),
-      bucket_width=args.bucket_width, holdout=held_out)
+      data, validation_split, max(args.batch_size, 256),
+      bucket_width=args.bucket_width, holdout=held_out,
+      cache=data_lib.cache_in_memory(args.cache, data, validation_split,
+                                     budget))
   train_once = data_lib.dataset(data, raw.TRAIN, 1024, cache=False,
                                 holdout=fit)
   return Inputs(train_data, validation, examples, train_once)
