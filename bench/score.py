@@ -4,8 +4,9 @@ For each corpus size, a JSONL corpus drawn from the 50,000 IMDB reviews
 (cycled, each copy with its own id) is scored twice, each in its own
 process so that peak memory is measured apart:
 
-- baseline: the exported signature called in a Python loop over the same
-  texts, in batches of the same size, in one process;
+- baseline: the exported ``serving_default`` signature called in a Python
+  loop over the same texts, in batches of the same size, in one process,
+  writing the same Parquet rows;
 - ours: ``python -m pipeline.score`` with the default runner (FnApiRunner),
   in memory and, with --modes, in multi_processing mode with a worker per
   core, or on a dask.distributed cluster on 127.0.0.1 (a scheduler and a
@@ -13,7 +14,7 @@ process so that peak memory is measured apart:
   imported before the timing),
   writing partitioned Parquet, dead letters and the manifest.
 
-    python bench/score.py [--model_dir=DIR] [--sizes=100000,1000000]
+    python bench/score.py [--model_dir=DIR] [--docs=100000[,1000000]]
         [--modes=in_memory,multi_processing,dask]
 
 Without --model_dir, the seed-configuration model is trained first, as
@@ -59,29 +60,65 @@ def write_corpus(reviews_dir: str, folder: str, size: int) -> str:
   return os.path.join(folder, '*.jsonl')
 
 
-def baseline(pattern: str, model_dir: str, batch_size: int) -> None:
-  """The in-process loop: read, batch, call the signature, nothing else."""
+def baseline(pattern: str, model_dir: str, batch_size: int,
+             output: str) -> None:
+  """The in-process loop: read, batch, call the signature, write the rows
+  the job writes (``schemas.scored``) to one zstd Parquet file."""
   # Imported here: only the baseline's own process loads TensorFlow.
+  import datetime  # pylint: disable=import-outside-toplevel
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
   from trainer import export  # pylint: disable=import-outside-toplevel
-  signature, _ = export.load(model_dir)
+  signature, metadata = export.load(model_dir)
+  names = metadata['label_names']
+  schema = scored.arrow_schema(names, pa.schema([]))
+  writer = pq.ParquetWriter(output, schema, compression='zstd')
   batch, documents = [], 0
 
-  def score(texts):
-    outputs = signature(text=texts)
-    outputs['probabilities'].numpy()
+  def score(records):
+    outputs = signature(text=[r['text'].encode('utf-8') for r in records])
+    probabilities = outputs['probabilities'].numpy()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    writer.write_table(pa.table({
+        scored.ID: [r['id'] for r in records],
+        scored.LABEL: [label.decode() for label in outputs['label'].numpy()],
+        scored.CONFIDENCE: outputs['confidence'].numpy(),
+        **{column: probabilities[:, i] for i, column in enumerate(
+            scored.probability_columns(names))},
+        scored.MODEL_VERSION: [metadata['version']] * len(records),
+        scored.SCORED_AT: [now] * len(records),
+    }, schema=schema))
+    return len(records)
 
   for path in sorted(glob.glob(pattern)):
     with open(path, encoding='utf-8') as handle:
       for line in handle:
-        batch.append(json.loads(line)['text'].encode('utf-8'))
+        batch.append(json.loads(line))
         if len(batch) == batch_size:
-          score(batch)
-          documents += len(batch)
+          documents += score(batch)
           batch = []
   if batch:
-    score(batch)
-    documents += len(batch)
+    documents += score(batch)
+  writer.close()
   print(json.dumps({'documents': documents}))
+
+
+def check_same_outputs(baseline_file: str, partition: str) -> None:
+  """Fails unless the job's rows give every document the baseline's label
+  and its probabilities within 1e-5."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import pyarrow.dataset as ds  # pylint: disable=import-outside-toplevel
+  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+  theirs = pq.read_table(baseline_file).sort_by(scored.ID)
+  ours = ds.dataset(partition, format='parquet').to_table(
+      columns=theirs.column_names).sort_by(scored.ID)
+  assert ours.column(scored.ID).equals(theirs.column(scored.ID))
+  assert ours.column(scored.LABEL).equals(theirs.column(scored.LABEL))
+  for column in theirs.column_names:
+    if column.startswith(scored.PROBABILITY_PREFIX):
+      difference = np.abs(ours.column(column).to_numpy() -
+                          theirs.column(column).to_numpy()).max()
+      assert difference <= 1e-5, (column, difference)
 
 
 def _import_our_modules():
@@ -143,16 +180,21 @@ def seed_model(work: str, cache: str) -> str:
 def main():
   parser = argument_parser(__doc__.split('\n\n')[0])
   parser.add_argument('--model_dir', default=None)
-  parser.add_argument('--sizes', default='100000,1000000')
+  parser.add_argument('--docs', default='100000',
+                      help='Comma-separated corpus sizes, e.g. '
+                      '100000,1000000.')
   parser.add_argument('--batch_size', type=int, default=256)
   parser.add_argument('--modes', default='in_memory',
                       help='Comma-separated DirectRunner running modes for '
                       'our job: in_memory, multi_processing.')
   # Set when this file runs itself as the baseline's process.
   parser.add_argument('--baseline', default=None, help=argparse.SUPPRESS)
+  parser.add_argument('--baseline_output', default=None,
+                      help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.baseline:
-    baseline(args.baseline, args.model_dir, args.batch_size)
+    baseline(args.baseline, args.model_dir, args.batch_size,
+             args.baseline_output)
     return
   work = args.work or tempfile.mkdtemp(prefix='bench-score-')
   python = sys.executable
@@ -161,12 +203,13 @@ def main():
                work, '--cache', args.cache])
   model_dir = args.model_dir or seed_model(work, args.cache)
   results = {}
-  for size in (int(s) for s in args.sizes.split(',')):
+  for size in (int(s) for s in args.docs.split(',')):
     pattern = write_corpus(os.path.join(work, 'aclImdb'),
                            os.path.join(work, f'corpus-{size}'), size)
     base_wall, base_peak = run_process([
         python, os.path.abspath(__file__), f'--baseline={pattern}',
-        f'--model_dir={model_dir}', f'--batch_size={args.batch_size}'])
+        f'--model_dir={model_dir}', f'--batch_size={args.batch_size}',
+        f'--baseline_output={work}/baseline-{size}.parquet'])
     results[size] = {'baseline': {
         'wall_s': round(base_wall, 1), 'docs_per_s': round(size / base_wall),
         'peak_mib': round(base_peak)}}
@@ -181,12 +224,15 @@ def main():
                              scored.MANIFEST_FILE)) as handle:
         counts = json.load(handle)['counts']
       assert counts['scored'] == size, counts
+      check_same_outputs(f'{work}/baseline-{size}.parquet',
+                         os.path.join(work, 'scores', f'size={size}'))
       results[size][mode] = {
           'wall_s': round(wall, 1), 'docs_per_s': round(size / wall),
           'peak_mib': round(peak),
           'throughput_ratio': round(base_wall / wall, 3)}
     print(size, json.dumps(results[size]), flush=True)
-    for path in glob.glob(os.path.join(work, f'corpus-{size}', '*')):
+    for path in glob.glob(os.path.join(work, f'corpus-{size}', '*')) + [
+        f'{work}/baseline-{size}.parquet']:
       os.remove(path)
   print(json.dumps(results, indent=2))
 

@@ -24,6 +24,7 @@ import time
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference import base as inference
 from apache_beam.metrics.metric import MetricsFilter
@@ -34,6 +35,7 @@ from pipeline import cli
 from pipeline import drift
 from pipeline import jobs
 from pipeline import kept_fields
+from pipeline import length_groups
 from pipeline import outputs
 from pipeline import readers
 from pipeline import records
@@ -55,6 +57,9 @@ _CODECS = ('zstd', 'snappy', 'gzip', 'none')
 # tens of MB read well in DuckDB, Spark and BigQuery without making every
 # worker hold a large buffer.
 _ROW_GROUP_BYTES = 32 << 20
+# Model calls' worth of documents sorted by length together: more make the
+# runs of similar lengths longer, at the cost of holding more documents.
+GROUPED_CALLS = 8
 
 
 def parse_args(argv):
@@ -77,7 +82,9 @@ def parse_args(argv):
                       'output row with their types; field:column names the '
                       'column, e.g. label:true_label.')
   parser.add_argument('--batch_size', type=int, default=256,
-                      help='Documents per model call.')
+                      help='Documents per model call; with an export that '
+                      f'allows it, those of {GROUPED_CALLS} calls are '
+                      'grouped by length.')
   parser.add_argument('--parquet_codec', choices=_CODECS, default='zstd')
   return parser.parse_known_args(argv)
 
@@ -143,18 +150,23 @@ class RawTextModelHandler(inference.ModelHandler):
 
   RunInference loads the model once per worker process and shares it
   between the process's threads; batches are formed by Beam's BatchElements
-  with the sizes given here. Every document costs the same in the model
+  with the sizes given here. With ``length_grouped`` (an export that
+  allows it, ``pipeline.length_groups``), a batch holds the documents of
+  ``GROUPED_CALLS`` model calls, sorted by length into calls of
+  ``batch_size``; otherwise every document costs the same in the model
   whatever its length (the transform graph pads or truncates it to the
-  trained length), so batches are sized by count alone.
+  trained length), and a batch is one call.
   """
 
-  def __init__(self, export_dir: str, batch_size: int):
-    super().__init__(min_batch_size=batch_size, max_batch_size=batch_size)
+  def __init__(self, export_dir: str, batch_size: int,
+               length_grouped: bool = False):
+    documents = batch_size * (GROUPED_CALLS if length_grouped else 1)
+    super().__init__(min_batch_size=documents, max_batch_size=documents)
     self._export_dir = export_dir
+    self._batch_size = batch_size
 
   def load_model(self):
-    signature, _ = export.load(self._export_dir)
-    return signature
+    return length_groups.load(self._export_dir, self._batch_size)
 
   def run_inference(self, batch: Sequence[Dict], model,
                     inference_args: Optional[Dict] = None
@@ -178,9 +190,10 @@ class RawTextModelHandler(inference.ModelHandler):
     outputs = model(**{serving.TEXT: [r[raw.TEXT].encode('utf-8')
                                       for r in batch]})
     scored_at = datetime.datetime.now(datetime.timezone.utc)
-    labels = outputs[serving.LABEL].numpy()
-    confidences = outputs[serving.CONFIDENCE].numpy().tolist()
-    probabilities = outputs[serving.PROBABILITIES].numpy().tolist()
+    # Tensors from a signature, arrays from a LengthGroupedModel.
+    labels = np.asarray(outputs[serving.LABEL])
+    confidences = np.asarray(outputs[serving.CONFIDENCE]).tolist()
+    probabilities = np.asarray(outputs[serving.PROBABILITIES]).tolist()
     # Each answer is a plain dict keyed by the signature's output names (and
     # the batch's time): elements crossing processes must unpickle anywhere.
     return [
@@ -286,6 +299,7 @@ class Settings:
   metadata: Dict         # the export's metadata.json
   batch_size: int
   codec: str
+  length_grouped: bool   # whether the export allows it
 
   @property
   def label_names(self):
@@ -319,7 +333,7 @@ def settings_from_args(args) -> Settings:
         args, format=fmt, label_field=None,
         keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
     export_dir = export.resolve(args.model_dir)
-    _, metadata = export.load(export_dir)
+    signature, metadata = export.load(export_dir)
     check_kept_columns(kept, metadata['label_names'])
     by_field = kept_fields.schema(pattern, config)
     kept_schema = pa.schema([by_field.field(field).with_name(column)
@@ -331,7 +345,7 @@ def settings_from_args(args) -> Settings:
     raise cli.JobError(str(error)) from error
   return Settings(args.output_dir, partition, pattern, config, kept,
                   kept_schema, export_dir, metadata, args.batch_size,
-                  args.parquet_codec)
+                  args.parquet_codec, length_groups.supports(signature))
 
 
 def build_pipeline(pipeline, settings: Settings, staging: str):
@@ -349,7 +363,8 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
   results, failures = (
       checked.documents
       | 'RunInference' >> inference.RunInference(RawTextModelHandler(
-          settings.export_dir, settings.batch_size)).with_exception_handling())
+          settings.export_dir, settings.batch_size,
+          length_grouped=settings.length_grouped)).with_exception_handling())
   rows = results | 'ToRows' >> beam.ParDo(ToRows(
       settings.label_names, settings.metadata['version'], settings.kept,
       settings.confidence_edges)).with_outputs(

@@ -1,13 +1,24 @@
-"""The exported model's signature: what the trainer serves and the scorer calls.
+"""The exported model's signatures: what the trainer serves and the scorer
+calls.
 
 A SavedModel whose ``serving_default`` takes a batch of raw strings and
-answers, for each, the names below.
+answers, for each, the names below. Exports since the length-grouped scorer
+also have two signatures that split it in two, for callers that batch
+documents by length (``pipeline.score``): ``TOKENIZE`` (raw strings in, token
+ids padded to max_len out) and ``CLASSIFY_TOKEN_IDS`` (token ids cut to any
+length in, the numeric outputs out), whose model is compiled with XLA.
 """
 from schemas import raw
+from schemas import transformed
 
 SIGNATURE = 'serving_default'
+TOKENIZE = 'tokenize'
+CLASSIFY_TOKEN_IDS = 'classify_token_ids'
 # The one input: raw text, as the preprocessing job read it.
 TEXT = raw.TEXT
+# TOKENIZE's output and CLASSIFY_TOKEN_IDS's input: int64 [batch, length],
+# the real tokens first, then PAD_ID.
+TOKEN_IDS = transformed.TOKEN_IDS
 
 # Outputs. The predicted label has the name the true one has in raw input.
 LABEL = raw.LABEL

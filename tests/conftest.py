@@ -162,30 +162,44 @@ def built_once(tmp_path_factory, name, build):
   return folder
 
 
-def _train_reviews(folder):
-  """Preprocesses synthetic reviews, trains briefly, exports; then deletes
-  the preprocessing output so everything after must live in the export."""
+def _preprocess_reviews(folder):
   from pipeline import preprocess
-  from trainer import train
   write_jsonl(folder / 'reviews.jsonl',
               synthetic_reviews(600, 0) + synthetic_reviews(200, 1))
-  data_dir = folder / 'preprocessed'
-  preprocess.run([f'--input={folder}/reviews.jsonl', f'--output_dir={data_dir}',
+  preprocess.run([f'--input={folder}/reviews.jsonl',
+                  f'--output_dir={folder / "preprocessed"}',
                   '--split_field=split', '--max_len=24'])
-  metrics, export_dir = train.run([
-      f'--data_dir={data_dir}', f'--model_dir={folder / "model"}',
-      '--epochs=4', '--batch_size=16', '--embed_dim=16', '--ff_dim=16',
-      '--seed=7'])
-  shutil.rmtree(data_dir)
-  (folder / 'trained.json').write_text(json.dumps(
-      {'metrics': metrics, 'export_dir': export_dir}))
 
 
 @pytest.fixture(scope='session')
-def trained(tmp_path_factory):
-  """A model trained on synthetic reviews, whose preprocessing output is
-  gone (see ``_train_reviews``). Returns (model_dir, export_dir, metrics) as
-  train.run gave them."""
-  folder = built_once(tmp_path_factory, 'trainer', _train_reviews)
+def synthetic_preprocessed(tmp_path_factory):
+  """The preprocessing output of synthetic reviews (max_len 24), made once
+  per session; a test that trains on it must leave it as it is."""
+  return built_once(tmp_path_factory, 'synthetic',
+                    _preprocess_reviews) / 'preprocessed'
+
+
+# The trained fixture's training flags.
+TRAIN_FLAGS = ('--epochs=4', '--batch_size=16', '--embed_dim=16',
+               '--ff_dim=16', '--seed=7')
+
+
+@pytest.fixture(scope='session')
+def trained(tmp_path_factory, synthetic_preprocessed):
+  """A model trained on a copy of synthetic_preprocessed, the copy deleted
+  after the export so everything after must live in the export. Returns
+  (model_dir, export_dir, metrics) as train.run gave them."""
+  def train_reviews(folder):
+    from trainer import train
+    data_dir = folder / 'preprocessed'
+    shutil.copytree(synthetic_preprocessed, data_dir)
+    metrics, export_dir = train.run([
+        f'--data_dir={data_dir}', f'--model_dir={folder / "model"}',
+        *TRAIN_FLAGS])
+    shutil.rmtree(data_dir)
+    (folder / 'trained.json').write_text(json.dumps(
+        {'metrics': metrics, 'export_dir': export_dir}))
+
+  folder = built_once(tmp_path_factory, 'trainer', train_reviews)
   result = json.loads((folder / 'trained.json').read_text())
   return folder / 'model', result['export_dir'], result['metrics']

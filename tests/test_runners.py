@@ -189,8 +189,8 @@ class CountingModelHandler(score.RawTextModelHandler):
   """Leaves a file a model call, naming its documents, in a folder every
   worker process shares: how often each document was scored."""
 
-  def __init__(self, export_dir, batch_size, calls_dir):
-    super().__init__(export_dir, batch_size)
+  def __init__(self, *args, calls_dir, **kwargs):
+    super().__init__(*args, **kwargs)
     self._calls_dir = calls_dir
 
   def run_inference(self, batch, model, inference_args=None):

@@ -26,6 +26,7 @@ import pytest
 from pipeline import cli
 from pipeline import drift
 from pipeline import kept_fields
+from pipeline import length_groups
 from pipeline import outputs
 from pipeline import readers
 from pipeline import records
@@ -41,6 +42,7 @@ from tests.conftest import dead_letters
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
+from tests.test_trainer import tiny_export
 from trainer import export
 from trainer import predict
 
@@ -157,7 +159,9 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
   assert manifest == outputs.read_json(str(partition / scored.MANIFEST_FILE))
   assert manifest['input'] == str(corpus)
   assert manifest['started_at'] <= manifest['finished_at']
-  assert manifest['inference']['batches'] >= 150 // 32
+  # RunInference's batches: GROUPED_CALLS model calls of 32 documents.
+  assert manifest['inference']['batches'] >= -(-150 // (
+      32 * score.GROUPED_CALLS))
   assert not os.path.exists(outputs.staging_root(str(output_dir)))
   # The README's query.
   by_label = duckdb.sql(f"""
@@ -327,13 +331,51 @@ def test_model_handler_in_run_inference(trained):
     assert_that(labels, equal_to(expected))
 
 
+def test_length_grouped_model_gives_the_signatures_outputs(trained):
+  signature, metadata = export.load(str(trained[0]))
+  assert length_groups.supports(signature)
+  # Cuts at 4, 8, 16 and max_len 24, and calls of 3 rows: the tests'
+  # documents fall into all of them, and most runs need padding rows.
+  grouped = length_groups.LengthGroupedModel(
+      signature, metadata['label_names'], batch_size=3, shortest=4)
+  texts = [r['text'] for r in synthetic_reviews(30, 12)] + [
+      'great ' * 60,  # longer than max_len
+      '', ' <br /><br /> ', 'superb', 'dull film']  # empty after HTML tags
+  texts = [' '.join(t.split()[:n]) for n, t in enumerate(texts[:20])] + texts
+  for batch in (texts, texts[-6:-5], texts[:1], texts[-3:-2]):
+    encoded = [t.encode() for t in batch]
+    ours, plain = grouped(text=encoded), signature(text=encoded)
+    assert ours[serving.LABEL].tolist() == plain[serving.LABEL].numpy().tolist()
+    np.testing.assert_allclose(ours[serving.PROBABILITIES],
+                               plain[serving.PROBABILITIES].numpy(),
+                               rtol=0, atol=1e-5)
+    np.testing.assert_allclose(ours[serving.CONFIDENCE],
+                               plain[serving.CONFIDENCE].numpy(),
+                               rtol=0, atol=1e-5)
+
+
+def test_bucket_lengths():
+  assert length_groups.bucket_lengths(200) == [32, 64, 128, 200]
+  assert length_groups.bucket_lengths(512) == [32, 64, 128, 256, 512]
+  assert length_groups.bucket_lengths(24, shortest=4) == [4, 8, 16, 24]
+  assert length_groups.bucket_lengths(16) == [16]
+
+
+def test_an_export_without_the_token_id_signatures_is_served_as_it_is(
+    tmp_path):
+  folder = tiny_export(tmp_path / 'export', {'label_names': ['neg', 'pos']})
+  model = length_groups.load(str(folder), 8)
+  assert not isinstance(model, length_groups.LengthGroupedModel)
+  assert model(text=[b'any'])[serving.LABEL].numpy().tolist() == [b'pos']
+
+
 class FailingModelHandler(score.RawTextModelHandler):
   """Raises on any batch holding the document with id ``poison``, after
   writing the ids of that batch to ``batch_file``: which documents share a
   batch is Beam's choice."""
 
-  def __init__(self, export_dir, batch_size, batch_file):
-    super().__init__(export_dir, batch_size)
+  def __init__(self, *args, batch_file, **kwargs):
+    super().__init__(*args, **kwargs)
     self._batch_file = batch_file
 
   def run_inference(self, batch, model, inference_args=None):
@@ -354,8 +396,10 @@ def test_a_batch_the_model_raises_on_becomes_dead_letters(trained, tmp_path,
   rows = corpus_rows(40, 10)
   rows[17]['id'] = 'poison'
   corpus = write_jsonl(tmp_path / 'corpus.jsonl', rows)
+  # A batch is GROUPED_CALLS model calls' worth: 8 documents.
+  assert score.GROUPED_CALLS == 8
   manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
-                                  '--batch_size=8'))
+                                  '--batch_size=1'))
   failed = json.loads(batch_file.read_text())
   # One bundle of 40 documents makes five full batches of 8.
   assert 'poison' in failed and len(failed) == 8

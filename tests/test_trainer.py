@@ -22,6 +22,7 @@ from schemas import raw
 from schemas import serving
 from schemas import transformed
 from tests.conftest import REPO
+from tests.conftest import TRAIN_FLAGS
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
@@ -122,6 +123,50 @@ def test_predict_cli_matches_the_signature(trained):
     for label, probability in direct_row['probabilities'].items():
       assert printed_row['probabilities'][label] == pytest.approx(probability,
                                                                   abs=1e-6)
+
+
+def test_a_split_over_the_cache_budget_streams_to_the_same_accuracy(
+    synthetic_preprocessed, trained, tmp_path, caplog):
+  caplog.set_level(logging.INFO)
+  metrics, _ = train.run([
+      f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
+      *TRAIN_FLAGS, '--cache=auto', '--cache_memory_share=1e-9'])
+  assert 'train split takes' in caplog.text
+  assert 'read from its files every epoch' in caplog.text
+  assert 'cached in memory' not in caplog.text
+  cached_accuracy = trained[2]['accuracy']
+  assert metrics['accuracy'] >= 0.9
+  assert abs(metrics['accuracy'] - cached_accuracy) <= 0.05
+
+
+def split_of(examples, max_len):
+  """Preprocessed data as the cache policy sees it: counts and max_len."""
+  return data_lib.PreprocessedData(
+      data_dir='', tft_output=None, params={},
+      stats={'records': {'written': {raw.TRAIN: examples}}},
+      label_names=['neg', 'pos'], vocab_size=10, max_len=max_len)
+
+
+def test_auto_caches_a_split_only_within_the_budget():
+  data = split_of(1000, 100)
+  size = data_lib.parsed_bytes(data, raw.TRAIN)
+  assert size >= 1000 * 100 * 8
+  assert data_lib.cache_in_memory('auto', data, raw.TRAIN, size)
+  assert not data_lib.cache_in_memory('auto', data, raw.TRAIN, size - 1)
+  assert data_lib.cache_in_memory('memory', data, raw.TRAIN, 0)
+  assert not data_lib.cache_in_memory('none', data, raw.TRAIN, 10 * size)
+  with pytest.raises(ValueError, match='cache must be one of'):
+    data_lib.cache_in_memory('disk', data, raw.TRAIN, size)
+  assert data_lib.available_memory() > 0
+
+
+def test_the_shuffle_buffer_is_bounded_by_the_budget():
+  data = split_of(100000, 100)
+  per_example = data_lib.parsed_bytes(data, raw.TRAIN) // 100000
+  assert data_lib.shuffle_buffer(data, raw.TRAIN, 10**12) == 50000
+  assert data_lib.shuffle_buffer(data, raw.TRAIN, 2000 * per_example) == 2000
+  assert data_lib.shuffle_buffer(data, raw.TRAIN, 0) == 1024
+  assert data_lib.shuffle_buffer(split_of(500, 100), raw.TRAIN, 0) == 500
 
 
 def test_trainer_job_error_on_a_missing_data_dir(tmp_path):

@@ -1,6 +1,8 @@
 """The preprocessing job's output, as the trainer needs it."""
 import dataclasses
 import json
+import logging
+import os
 import posixpath
 from typing import Dict, List
 
@@ -57,15 +59,79 @@ class PreprocessedData:
     return self.stats['records']['written'][split]
 
 
+# --cache: 'memory' keeps a split parsed in memory after the first epoch,
+# 'none' reads its TFRecords again every epoch, 'auto' is memory when the
+# split fits the budget.
+CACHE_POLICIES = ('auto', 'memory', 'none')
+# The default budget: this share of the memory available when training
+# starts, leaving the rest to the model, TensorFlow and the shuffle buffer.
+CACHE_MEMORY_SHARE = 0.25
+# Bytes per example beside the token ids: the label id and tf.data's
+# per-element overhead.
+_EXAMPLE_OVERHEAD_BYTES = 256
+_MAX_SHUFFLE_BUFFER = 50000
+_MIN_SHUFFLE_BUFFER = 1024
+
+
+def available_memory() -> int:
+  """Bytes of memory available to this process now, as the system says."""
+  try:
+    import psutil  # pylint: disable=import-outside-toplevel
+    return psutil.virtual_memory().available
+  except ImportError:  # not a dependency: the plain count then
+    pages = (os.sysconf('SC_AVPHYS_PAGES') if 'SC_AVPHYS_PAGES' in
+             os.sysconf_names else os.sysconf('SC_PHYS_PAGES'))
+    return pages * os.sysconf('SC_PAGE_SIZE')
+
+
+def parsed_bytes(data: PreprocessedData, split: str) -> int:
+  """What the split takes parsed in memory, from ``stats.json``'s counts:
+  each example's max_len int64 token ids and a little more."""
+  return data.num_examples(split) * _example_bytes(data)
+
+
+def _example_bytes(data: PreprocessedData) -> int:
+  return data.max_len * tf.int64.size + _EXAMPLE_OVERHEAD_BYTES
+
+
+def cache_in_memory(policy: str, data: PreprocessedData, split: str,
+                    budget: int) -> bool:
+  """Whether to cache ``split`` in memory under ``policy`` (one of
+  CACHE_POLICIES) and a budget of ``budget`` bytes."""
+  if policy not in CACHE_POLICIES:
+    raise ValueError(f'cache must be one of {CACHE_POLICIES}, not {policy!r}')
+  if policy != 'auto':
+    return policy == 'memory'
+  size = parsed_bytes(data, split)
+  cached = size <= budget
+  logging.info('train: the %s split takes ~%.0f MB parsed, %s the cache '
+               'budget of %.0f MB: %s', split, size / 2**20,
+               'within' if cached else 'over', budget / 2**20,
+               'cached in memory' if cached else 'read from its files '
+               'every epoch')
+  return cached
+
+
+def shuffle_buffer(data: PreprocessedData, split: str, budget: int) -> int:
+  """Examples a shuffle holds: the whole split, or what the budget allows,
+  but at most 50,000 and at least 1,024 (a budget too small for that many
+  would not train a model either)."""
+  return min(data.num_examples(split), _MAX_SHUFFLE_BUFFER,
+             max(_MIN_SHUFFLE_BUFFER, budget // _example_bytes(data)))
+
+
 def dataset(data: PreprocessedData, split: str, batch_size: int,
             shuffle: bool = False, seed: int = None,
             feature: str = transformed.TOKEN_IDS, cache: bool = True,
-            drop_remainder: bool = False,
-            bucket_width: int = 0) -> tf.data.Dataset:
+            drop_remainder: bool = False, bucket_width: int = 0,
+            buffer_size: int = _MAX_SHUFFLE_BUFFER) -> tf.data.Dataset:
   """Batches of (feature, label_id) from one split's gzip TFRecords.
 
   ``cache`` keeps the parsed split in memory after the first pass; a split
-  of 25,000 reviews of 200 ids is 40 MB.
+  of 25,000 reviews of 200 ids is 40 MB (``cache_in_memory`` decides).
+  Without it, every pass reads the files again, interleaved, in a new order
+  each pass when shuffled; the shuffle holds at most ``buffer_size``
+  examples either way.
 
   With ``bucket_width``, each batch holds documents of similar length and is
   cut to the longest of them, rounded up to a multiple of the width (see
@@ -75,7 +141,10 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
   if not files:
     raise FileNotFoundError(f'no {split} files in {data.data_dir}')
   spec = data.feature_spec(split, [feature, transformed.LABEL_ID])
-  records = tf.data.Dataset.from_tensor_slices(files).interleave(
+  paths = tf.data.Dataset.from_tensor_slices(files)
+  if shuffle and not cache:
+    paths = paths.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+  records = paths.interleave(
       lambda path: tf.data.TFRecordDataset(path, compression_type='GZIP'),
       cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE,
       deterministic=True)
@@ -85,8 +154,8 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
   if cache:
     parsed = parsed.cache()
   if shuffle:
-    parsed = parsed.shuffle(min(data.num_examples(split), 50000), seed=seed,
-                            reshuffle_each_iteration=True)
+    parsed = parsed.shuffle(min(data.num_examples(split), buffer_size),
+                            seed=seed, reshuffle_each_iteration=True)
   examples = parsed.map(lambda example: (example[feature],
                                          example[transformed.LABEL_ID]))
   if bucket_width:

@@ -1,7 +1,9 @@
 """The exported model: raw text in, label and probabilities out.
 
 A SavedModel in TF Serving's layout, ``<model_dir>/export/<version>/``, whose
-``serving_default`` signature takes a batch of raw strings. The TFT transform
+``serving_default`` signature takes a batch of raw strings (and whose
+``tokenize`` and ``classify_token_ids`` signatures split it in two for a
+caller that batches documents by length, ``schemas.serving``). The TFT transform
 graph is inside it, so serving tokenizes exactly as training did and the
 export keeps working after the preprocessing output is deleted. Metadata
 (version, label names, parameters, data stats, and once evaluated the test
@@ -39,15 +41,34 @@ class RawTextClassifier(tf.Module):
   @tf.function(input_signature=[
       tf.TensorSpec([None], tf.string, name=serving.TEXT)])
   def classify(self, text):
+    outputs = self._numeric_outputs(self._token_ids(text))
+    outputs[serving.LABEL] = tf.gather(self.label_names,
+                                       outputs[serving.LABEL_ID])
+    return outputs
+
+  @tf.function(input_signature=[
+      tf.TensorSpec([None], tf.string, name=serving.TEXT)])
+  def tokenize(self, text):
+    return {serving.TOKEN_IDS: self._token_ids(text)}
+
+  # XLA fuses the model's many small ops; it compiles once per input shape,
+  # so callers cut token ids to a few lengths only. Strings stay outside:
+  # XLA has no string type.
+  @tf.function(input_signature=[
+      tf.TensorSpec([None, None], tf.int64, name=serving.TOKEN_IDS)],
+               jit_compile=True)
+  def classify_token_ids(self, token_ids):
+    return self._numeric_outputs(token_ids)
+
+  def _token_ids(self, text):
     # Only the text is fed: TFT computes just the features that need no
     # label or id.
-    features = self.transform_layer({serving.TEXT: text})
-    probabilities = self.model(features[transformed.TOKEN_IDS],
-                               training=False)
-    label_id = tf.argmax(probabilities, axis=-1)
+    return self.transform_layer({serving.TEXT: text})[transformed.TOKEN_IDS]
+
+  def _numeric_outputs(self, token_ids):
+    probabilities = self.model(token_ids, training=False)
     return {
-        serving.LABEL: tf.gather(self.label_names, label_id),
-        serving.LABEL_ID: label_id,
+        serving.LABEL_ID: tf.argmax(probabilities, axis=-1),
         serving.CONFIDENCE: tf.reduce_max(probabilities, axis=-1),
         serving.PROBABILITIES: probabilities,
     }
@@ -68,7 +89,11 @@ def export(model, tft_output, label_names: List[str], model_dir: str,
   staging = posixpath.join(export_root, f'.tmp-{version}')
   module = RawTextClassifier(model, tft_output, label_names)
   tf.saved_model.save(module, staging,
-                      signatures={serving.SIGNATURE: module.classify})
+                      signatures={
+                          serving.SIGNATURE: module.classify,
+                          serving.TOKENIZE: module.tokenize,
+                          serving.CLASSIFY_TOKEN_IDS: module.classify_token_ids,
+                      })
   metadata = {**metadata, 'version': version, 'label_names': label_names}
   tf.io.gfile.makedirs(posixpath.join(staging, 'assets.extra'))
   with tf.io.gfile.GFile(posixpath.join(staging, METADATA_FILE), 'w') as out:

@@ -70,6 +70,17 @@ def parse_args(argv):
                       'multiple of this many tokens; 0 pads every batch to '
                       'max_len.')
   parser.add_argument('--seed', type=int, default=42)
+  parser.add_argument('--cache', choices=data_lib.CACHE_POLICIES,
+                      default='auto',
+                      help='Keep the train and validation splits parsed in '
+                      'memory (memory), read them from their files every '
+                      'epoch (none), or memory when a split, as stats.json '
+                      'sizes it, fits --cache_memory_share (auto).')
+  parser.add_argument('--cache_memory_share', type=float,
+                      default=data_lib.CACHE_MEMORY_SHARE,
+                      help='With --cache=auto: the share of the available '
+                      'memory a split may take cached; it also bounds the '
+                      'shuffle buffer.')
   add_branch_args(parser)
   defaults = model_lib.ModelParams()
   for field in dataclasses.fields(model_lib.ModelParams):
@@ -81,7 +92,10 @@ def parse_args(argv):
                       default=defaults.pooling)
   parser.add_argument('--positions', choices=('learned', 'sinusoidal'),
                       default=defaults.positions)
-  return parser.parse_args(argv)
+  args = parser.parse_args(argv)
+  if args.cache_memory_share <= 0:
+    parser.error('--cache_memory_share must be > 0')
+  return args
 
 
 def add_branch_args(parser) -> None:
@@ -170,17 +184,21 @@ class Inputs:
 def inputs(args, data: data_lib.PreprocessedData) -> Inputs:
   """Train and validation batches; the test split is left for the final
   evaluation of the export alone."""
+  budget = int(args.cache_memory_share * data_lib.available_memory())
   # Equal-sized batches: a short last batch would make XLA compile the step
   # again; reshuffling drops different examples every epoch.
-  train_data = data_lib.dataset(data, raw.TRAIN, args.batch_size,
-                                shuffle=True, seed=args.seed,
-                                drop_remainder=True,
-                                bucket_width=args.bucket_width)
+  train_data = data_lib.dataset(
+      data, raw.TRAIN, args.batch_size, shuffle=True, seed=args.seed,
+      drop_remainder=True, bucket_width=args.bucket_width,
+      cache=data_lib.cache_in_memory(args.cache, data, raw.TRAIN, budget),
+      buffer_size=data_lib.shuffle_buffer(data, raw.TRAIN, budget))
   # Evaluation needs no small batches; large ones make it several times
   # cheaper per example.
-  validation = data_lib.dataset(data, raw.VALIDATION,
-                                max(args.batch_size, 256),
-                                bucket_width=args.bucket_width)
+  validation = data_lib.dataset(
+      data, raw.VALIDATION, max(args.batch_size, 256),
+      bucket_width=args.bucket_width,
+      cache=data_lib.cache_in_memory(args.cache, data, raw.VALIDATION,
+                                     budget))
   train_once = data_lib.dataset(data, raw.TRAIN, 1024, cache=False)
   return Inputs(train_data, validation, data.num_examples(raw.TRAIN),
                 train_once)
