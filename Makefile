@@ -18,7 +18,7 @@ OUT := out
 $(VENV)/.installed: setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[trainer,test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[trainer,test,bench]'
 	touch $@
 
 install: $(VENV)/.installed

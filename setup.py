@@ -28,6 +28,8 @@ EXTRAS = {
     # Beam's DaskRunner (pipeline.dask_runner): the client and every worker
     # of the cluster.
     'dask': ['dask>=2026.8', 'distributed>=2026.8'],
+    # The benchmarks' TF-IDF baseline (bench/tfidf.py), never the jobs.
+    'bench': ['scikit-learn>=1.5'],
 }
 # moto[server] and boto3: a real S3-compatible server on 127.0.0.1 for the
 # object-store tests, through Beam's S3 filesystem. pandas reads the scoring

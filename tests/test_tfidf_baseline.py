@@ -1,0 +1,32 @@
+"""The benchmarks' TF-IDF baseline: C chosen on validation, test reported."""
+import pytest
+
+from bench import tfidf
+
+pytest.importorskip('sklearn')
+
+
+def corpus(count, flip_every=0):
+  """Reviews whose label a bigram decides: 'not good' is negative although
+  'good' alone is positive, so unigrams alone cannot fit it."""
+  texts, labels = [], []
+  for index in range(count):
+    negative = index % 2 == 1
+    if flip_every and index % flip_every == 0:
+      negative = not negative
+    words = ['film', f'w{index % 7}', 'was']
+    words += ['not', 'good'] if negative else ['very', 'good']
+    texts.append(' '.join(words))
+    labels.append('neg' if negative else 'pos')
+  return texts, labels
+
+
+def test_baseline_picks_c_on_validation_and_reports_test():
+  figures = tfidf.baseline(corpus(200), corpus(40, flip_every=5),
+                           corpus(60), c_grid=(0.01, 1.0, 100.0))
+  assert figures['c'] in (0.01, 1.0, 100.0)
+  assert figures['validation_accuracy'] == max(
+      figures['validation_accuracy_by_c'].values())
+  assert figures['test_accuracy'] == 1.0
+  assert set(figures['test_f1']) == {'neg', 'pos'}
+  assert figures['examples'] == {'train': 200, 'validation': 40, 'test': 60}
