@@ -3,9 +3,10 @@
 For each corpus: fetch it (from the dataset cache), run the preprocessing
 job, train with the trainer, and read the metrics the trainer computed by
 serving its export over the validation and test splits. In the same run,
-the anchor: a TF-IDF bag-of-bigrams logistic regression (Keras
-TextVectorization ``tf_idf`` + one Dense layer) trained on exactly the same
-train split and measured on the same test split.
+the anchor: a TF-IDF bag-of-bigrams logistic regression (scikit-learn,
+``bench/tfidf.py``, the ``bench`` extra) fitted on exactly the same train
+split, its C chosen on the same validation split, measured on the same test
+split.
 
 The flags of each run are those of ``configs/<name>/preprocess.args`` and
 ``configs/<name>/train.args``, passed to the jobs as argument files.
@@ -53,16 +54,12 @@ def _fractions(preprocess_flags: list) -> tuple:
   return args.test_fraction, args.validation_fraction
 
 
-def tfidf_baseline(corpus_dir: str, corpus: str, input_pattern: str,
-                   fractions: tuple) -> dict:
-  """TF-IDF bigram logistic regression on our train and test splits of a
-  corpus (``fractions``: test and validation, as the preprocessing job
-  had them)."""
+def corpus_splits(corpus_dir: str, corpus: str, input_pattern: str,
+                  fractions: tuple) -> dict:
+  """(texts, labels) of each split of a corpus, assigned as the
+  preprocessing job assigns them (``fractions``: test and validation)."""
   # Imported here: the parent process stays light while the jobs run.
   import glob  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  import keras  # pylint: disable=import-outside-toplevel
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from pipeline import readers  # pylint: disable=import-outside-toplevel
   from pipeline.preprocess import assign_split  # pylint: disable=import-outside-toplevel
   from schemas import raw  # pylint: disable=import-outside-toplevel
@@ -80,43 +77,21 @@ def tfidf_baseline(corpus_dir: str, corpus: str, input_pattern: str,
       record = readers.read_document(path, config, corpus == 'spamassassin')
       rows.append((record[raw.TEXT], record[raw.LABEL], record[raw.SPLIT]))
   splits = {split: ([], []) for split in raw.SPLITS}
-  names = sorted({label for _, label, _ in rows})
   for text, label, split in rows:
-    if not text.strip():
-      continue
-    split = assign_split(text, split, *fractions)
-    splits[split][0].append(text)
-    splits[split][1].append(names.index(label))
-  started = time.time()
-  vectorizer = keras.layers.TextVectorization(
-      max_tokens=100000, ngrams=2, output_mode='tf_idf')
-  train_texts, train_labels = splits[raw.TRAIN]
-  vectorizer.adapt(tf.data.Dataset.from_tensor_slices(train_texts).batch(512))
-  inputs = keras.Input(shape=(vectorizer.vocabulary_size(),))
-  classifier = keras.Model(inputs, keras.layers.Dense(
-      len(names), activation='softmax')(inputs))
-  classifier.compile(optimizer=keras.optimizers.Adam(1e-2),
-                     loss='sparse_categorical_crossentropy')
-  train_ds = tf.data.Dataset.from_tensor_slices(
-      (train_texts, train_labels)).shuffle(len(train_texts), seed=1).batch(
-          64).map(lambda texts, labels: (vectorizer(texts), labels))
-  classifier.fit(train_ds, epochs=10, verbose=0)
-  test_texts, test_labels = splits[raw.TEST]
-  probabilities = classifier.predict(
-      tf.data.Dataset.from_tensor_slices(test_texts).batch(64).map(
-          vectorizer), verbose=0)
-  predictions = probabilities.argmax(axis=1)
-  test_labels = np.array(test_labels)
-  result = {'accuracy': float((predictions == test_labels).mean()),
-            'seconds': round(time.time() - started, 1),
-            'train': len(train_texts), 'test': len(test_texts)}
-  if 'spam' in names:
-    spam = names.index('spam')
-    tp = int(((predictions == spam) & (test_labels == spam)).sum())
-    precision = tp / max(int((predictions == spam).sum()), 1)
-    recall = tp / max(int((test_labels == spam).sum()), 1)
-    result['spam_f1'] = 2 * precision * recall / max(precision + recall, 1e-9)
-  return result
+    if text.strip():
+      split = assign_split(text, split, *fractions)
+      splits[split][0].append(text)
+      splits[split][1].append(label)
+  return splits
+
+
+def tfidf_baseline(splits: dict) -> dict:
+  """The TF-IDF bag-of-bigrams logistic regression (bench/tfidf.py) on the
+  job's own splits: C chosen on validation, reported on test."""
+  import tfidf  # pylint: disable=import-outside-toplevel
+  from schemas import raw  # pylint: disable=import-outside-toplevel
+  return tfidf.baseline(splits[raw.TRAIN], splits[raw.VALIDATION],
+                        splits[raw.TEST])
 
 
 def main():
@@ -160,9 +135,9 @@ def main():
     preprocess_flags = config_flags(name, 'preprocess')
     results[name] = {'preprocess': preprocess_flags,
                      'train': config_flags(name, 'train'), 'ours': ours,
-                     'tfidf_bigram_lr': tfidf_baseline(
+                     'tfidf_bigram_lr': tfidf_baseline(corpus_splits(
                          corpus_dir, corpus, pattern,
-                         _fractions(preprocess_flags))}
+                         _fractions(preprocess_flags)))}
     print(name, json.dumps(results[name]), flush=True)
   print(json.dumps(results, indent=2))
 
