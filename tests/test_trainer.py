@@ -134,9 +134,9 @@ def test_a_split_over_the_cache_budget_streams_to_the_same_accuracy(
   assert 'train split takes' in caplog.text
   assert 'read from its files every epoch' in caplog.text
   assert 'cached in memory' not in caplog.text
-  cached_accuracy = trained[2]['accuracy']
-  assert metrics['accuracy'] >= 0.9
-  assert abs(metrics['accuracy'] - cached_accuracy) <= 0.05
+  cached_accuracy = trained[2][raw.TEST]['accuracy']
+  assert metrics[raw.TEST]['accuracy'] >= 0.9
+  assert abs(metrics[raw.TEST]['accuracy'] - cached_accuracy) <= 0.05
 
 
 def split_of(examples, max_len):
