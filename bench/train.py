@@ -75,7 +75,8 @@ def corpus_splits(corpus_dir: str, corpus: str, input_pattern: str,
     rows = []
     for path in paths:
       record = readers.read_document(path, config, corpus == 'spamassassin')
-      rows.append((record[raw.TEXT], record[raw.LABEL], record[raw.SPLIT]))
+      if raw.TEXT in record:  # else a dead letter, as in the job
+        rows.append((record[raw.TEXT], record[raw.LABEL], record[raw.SPLIT]))
   splits = {split: ([], []) for split in raw.SPLITS}
   for text, label, split in rows:
     if text.strip():
