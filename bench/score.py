@@ -37,7 +37,9 @@ from common import machine  # pylint: disable=wrong-import-position
 from common import run_process  # pylint: disable=wrong-import-position
 from train import RUNS  # pylint: disable=wrong-import-position
 
+from schemas import raw  # pylint: disable=wrong-import-position
 from schemas import scored  # pylint: disable=wrong-import-position
+from schemas import serving  # pylint: disable=wrong-import-position
 
 _DOCS_PER_FILE = 100_000
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,13 +78,15 @@ def baseline(pattern: str, model_dir: str, batch_size: int,
   batch, documents = [], 0
 
   def score(records):
-    outputs = signature(text=[r['text'].encode('utf-8') for r in records])
-    probabilities = outputs['probabilities'].numpy()
+    outputs = signature(**{serving.TEXT: [r[raw.TEXT].encode('utf-8')
+                                          for r in records]})
+    probabilities = outputs[serving.PROBABILITIES].numpy()
     now = datetime.datetime.now(datetime.timezone.utc)
     writer.write_table(pa.table({
-        scored.ID: [r['id'] for r in records],
-        scored.LABEL: [label.decode() for label in outputs['label'].numpy()],
-        scored.CONFIDENCE: outputs['confidence'].numpy(),
+        scored.ID: [r[raw.ID] for r in records],
+        scored.LABEL: [label.decode()
+                       for label in outputs[serving.LABEL].numpy()],
+        scored.CONFIDENCE: outputs[serving.CONFIDENCE].numpy(),
         **{column: probabilities[:, i] for i, column in enumerate(
             scored.probability_columns(names))},
         scored.MODEL_VERSION: [metadata['version']] * len(records),

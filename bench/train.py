@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import argument_parser  # pylint: disable=wrong-import-position
@@ -102,7 +101,7 @@ def main():
   work = args.work or tempfile.mkdtemp(prefix='bench-train-')
   python = sys.executable
   print(f'machine: {machine()}', flush=True)
-  results = {}
+  results, baselines = {}, {}
   for name in args.only.split(','):
     corpus, pattern = RUNS[name]
     run_process([python, '-m', 'pipeline.datasets', 'fetch', corpus, '--dest',
@@ -134,11 +133,15 @@ def main():
     if 'spam' in test['per_class']:
       ours['spam_f1'] = test['per_class']['spam']['f1']
     preprocess_flags = config_flags(name, 'preprocess')
+    # Configurations of one corpus with the same fractions share their
+    # splits, and so the baseline: fitted once.
+    split_key = (corpus, pattern, _fractions(preprocess_flags))
+    if split_key not in baselines:
+      baselines[split_key] = tfidf_baseline(
+          corpus_splits(corpus_dir, *split_key))
     results[name] = {'preprocess': preprocess_flags,
                      'train': config_flags(name, 'train'), 'ours': ours,
-                     'tfidf_bigram_lr': tfidf_baseline(corpus_splits(
-                         corpus_dir, corpus, pattern,
-                         _fractions(preprocess_flags)))}
+                     'tfidf_bigram_lr': baselines[split_key]}
     print(name, json.dumps(results[name]), flush=True)
   print(json.dumps(results, indent=2))
 
