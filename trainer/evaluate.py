@@ -204,17 +204,18 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData,
   the metrics of both."""
   signature, metadata = export.load(export_dir)
   metrics = {'selected_on': SELECTED_ON}
+  served = {}
   for split in raw.HELD_OUT:
-    labels, probabilities = predict_split(signature, data, split)
-    metrics[split] = classification_metrics(labels, probabilities,
+    labels, served[split] = predict_split(signature, data, split)
+    metrics[split] = classification_metrics(labels, served[split],
                                             data.label_names)
     metrics[split]['calibration'] = calibration.evaluate(
-        labels, probabilities, metadata['calibration']['temperature'],
+        labels, served[split], metadata['calibration']['temperature'],
         posixpath.join(model_dir, calibration.RELIABILITY_PLOT)
         if split == raw.TEST else None)
   # What the scoring job measures each partition's drift against: the
   # predictions on data the model never learned from nor was chosen on.
   export.add_metadata(export_dir, {drift.REFERENCE: drift.reference(
-      data.label_names, probabilities)})
+      data.label_names, served[raw.TEST])})
   write_report(model_dir, metrics, metadata)
   return metrics
