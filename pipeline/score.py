@@ -24,7 +24,6 @@ import time
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference import base as inference
 from apache_beam.metrics.metric import MetricsFilter
@@ -57,9 +56,6 @@ _CODECS = ('zstd', 'snappy', 'gzip', 'none')
 # tens of MB read well in DuckDB, Spark and BigQuery without making every
 # worker hold a large buffer.
 _ROW_GROUP_BYTES = 32 << 20
-# Model calls' worth of documents sorted by length together: more make the
-# runs of similar lengths longer, at the cost of holding more documents.
-GROUPED_CALLS = 8
 
 
 def parse_args(argv):
@@ -81,10 +77,12 @@ def parse_args(argv):
                       help='Comma-separated input fields copied to each '
                       'output row with their types; field:column names the '
                       'column, e.g. label:true_label.')
-  parser.add_argument('--batch_size', type=int, default=256,
-                      help='Documents per model call; with an export that '
-                      f'allows it, those of {GROUPED_CALLS} calls are '
-                      'grouped by length.')
+  # More documents a batch make the runs of similar lengths longer, at the
+  # cost of holding more of them.
+  parser.add_argument('--batch_size', type=int, default=2048,
+                      help='Documents handed to the model together: sorted '
+                      'by length into model calls of '
+                      f'{length_groups.CALL_ROWS} (pipeline/length_groups.py).')
   parser.add_argument('--parquet_codec', choices=_CODECS, default='zstd')
   return parser.parse_known_args(argv)
 
@@ -149,24 +147,17 @@ class RawTextModelHandler(inference.ModelHandler):
   """Beam's access to our export: raw records in, label and scores out.
 
   RunInference loads the model once per worker process and shares it
-  between the process's threads; batches are formed by Beam's BatchElements
-  with the sizes given here. With ``length_grouped`` (an export that
-  allows it, ``pipeline.length_groups``), a batch holds the documents of
-  ``GROUPED_CALLS`` model calls, sorted by length into calls of
-  ``batch_size``; otherwise every document costs the same in the model
-  whatever its length (the transform graph pads or truncates it to the
-  trained length), and a batch is one call.
+  between the process's threads; batches of ``batch_size`` documents are
+  formed by Beam's BatchElements, and the model
+  (``pipeline.length_groups``) splits each into small calls.
   """
 
-  def __init__(self, export_dir: str, batch_size: int,
-               length_grouped: bool = False):
-    documents = batch_size * (GROUPED_CALLS if length_grouped else 1)
-    super().__init__(min_batch_size=documents, max_batch_size=documents)
+  def __init__(self, export_dir: str, batch_size: int):
+    super().__init__(min_batch_size=batch_size, max_batch_size=batch_size)
     self._export_dir = export_dir
-    self._batch_size = batch_size
 
   def load_model(self):
-    return length_groups.load(self._export_dir, self._batch_size)
+    return length_groups.load(self._export_dir)
 
   def run_inference(self, batch: Sequence[Dict], model,
                     inference_args: Optional[Dict] = None
@@ -187,13 +178,11 @@ class RawTextModelHandler(inference.ModelHandler):
 
   def _score(self, batch: Sequence[Dict], model
              ) -> List[inference.PredictionResult]:
-    outputs = model(**{serving.TEXT: [r[raw.TEXT].encode('utf-8')
-                                      for r in batch]})
+    outputs = model([r[raw.TEXT].encode('utf-8') for r in batch])
     scored_at = datetime.datetime.now(datetime.timezone.utc)
-    # Tensors from a signature, arrays from a LengthGroupedModel.
-    labels = np.asarray(outputs[serving.LABEL])
-    confidences = np.asarray(outputs[serving.CONFIDENCE]).tolist()
-    probabilities = np.asarray(outputs[serving.PROBABILITIES]).tolist()
+    labels = outputs[serving.LABEL]
+    confidences = outputs[serving.CONFIDENCE].tolist()
+    probabilities = outputs[serving.PROBABILITIES].tolist()
     # Each answer is a plain dict keyed by the signature's output names (and
     # the batch's time): elements crossing processes must unpickle anywhere.
     return [
@@ -299,7 +288,6 @@ class Settings:
   metadata: Dict         # the export's metadata.json
   batch_size: int
   codec: str
-  length_grouped: bool   # whether the export allows it
 
   @property
   def label_names(self):
@@ -333,7 +321,7 @@ def settings_from_args(args) -> Settings:
         args, format=fmt, label_field=None,
         keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
     export_dir = export.resolve(args.model_dir)
-    signature, metadata = export.load(export_dir)
+    _, metadata = export.load(export_dir)  # fails early on a bad export
     check_kept_columns(kept, metadata['label_names'])
     by_field = kept_fields.schema(pattern, config)
     kept_schema = pa.schema([by_field.field(field).with_name(column)
@@ -345,7 +333,7 @@ def settings_from_args(args) -> Settings:
     raise cli.JobError(str(error)) from error
   return Settings(args.output_dir, partition, pattern, config, kept,
                   kept_schema, export_dir, metadata, args.batch_size,
-                  args.parquet_codec, length_groups.supports(signature))
+                  args.parquet_codec)
 
 
 def build_pipeline(pipeline, settings: Settings, staging: str):
@@ -363,8 +351,7 @@ def build_pipeline(pipeline, settings: Settings, staging: str):
   results, failures = (
       checked.documents
       | 'RunInference' >> inference.RunInference(RawTextModelHandler(
-          settings.export_dir, settings.batch_size,
-          length_grouped=settings.length_grouped)).with_exception_handling())
+          settings.export_dir, settings.batch_size)).with_exception_handling())
   rows = results | 'ToRows' >> beam.ParDo(ToRows(
       settings.label_names, settings.metadata['version'], settings.kept,
       settings.confidence_edges)).with_outputs(

@@ -159,9 +159,8 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
   assert manifest == outputs.read_json(str(partition / scored.MANIFEST_FILE))
   assert manifest['input'] == str(corpus)
   assert manifest['started_at'] <= manifest['finished_at']
-  # RunInference's batches: GROUPED_CALLS model calls of 32 documents.
-  assert manifest['inference']['batches'] >= -(-150 // (
-      32 * score.GROUPED_CALLS))
+  # RunInference's batches of 32 documents.
+  assert manifest['inference']['batches'] >= -(-150 // 32)
   assert not os.path.exists(outputs.staging_root(str(output_dir)))
   # The README's query.
   by_label = duckdb.sql(f"""
@@ -334,10 +333,11 @@ def test_model_handler_in_run_inference(trained):
 def test_length_grouped_model_gives_the_signatures_outputs(trained):
   signature, metadata = export.load(str(trained[0]))
   assert length_groups.supports(signature)
-  # Cuts at 4, 8, 16 and max_len 24, and calls of 3 rows: the tests'
-  # documents fall into all of them, and most runs need padding rows.
+  # Cuts at 4, 5, ..., 20 and max_len 24, and calls of 3 rows on two
+  # threads: the tests' documents fall into all of them, and most runs need
+  # padding rows.
   grouped = length_groups.LengthGroupedModel(
-      signature, metadata['label_names'], batch_size=3, shortest=4)
+      signature, metadata['label_names'], call_rows=3, shortest=4, threads=2)
   texts = [r['text'] for r in synthetic_reviews(30, 12)] + [
       'great ' * 60,  # longer than max_len
       '', ' <br /><br /> ', 'superb', 'dull film']  # empty after HTML tags
@@ -355,18 +355,21 @@ def test_length_grouped_model_gives_the_signatures_outputs(trained):
 
 
 def test_bucket_lengths():
-  assert length_groups.bucket_lengths(200) == [32, 64, 128, 200]
-  assert length_groups.bucket_lengths(512) == [32, 64, 128, 256, 512]
-  assert length_groups.bucket_lengths(24, shortest=4) == [4, 8, 16, 24]
+  assert length_groups.bucket_lengths(200) == [
+      32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 200]
+  assert length_groups.bucket_lengths(1024)[-6:] == [
+      448, 512, 640, 768, 896, 1024]
+  assert length_groups.bucket_lengths(24, shortest=4) == [
+      4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24]
   assert length_groups.bucket_lengths(16) == [16]
 
 
 def test_an_export_without_the_token_id_signatures_is_served_as_it_is(
     tmp_path):
   folder = tiny_export(tmp_path / 'export', {'label_names': ['neg', 'pos']})
-  model = length_groups.load(str(folder), 8)
-  assert not isinstance(model, length_groups.LengthGroupedModel)
-  assert model(text=[b'any'])[serving.LABEL].numpy().tolist() == [b'pos']
+  model = length_groups.load(str(folder))
+  assert isinstance(model, length_groups.SignatureModel)
+  assert model([b'any'] * 40)[serving.LABEL].tolist() == [b'pos'] * 40
 
 
 class FailingModelHandler(score.RawTextModelHandler):
@@ -396,10 +399,8 @@ def test_a_batch_the_model_raises_on_becomes_dead_letters(trained, tmp_path,
   rows = corpus_rows(40, 10)
   rows[17]['id'] = 'poison'
   corpus = write_jsonl(tmp_path / 'corpus.jsonl', rows)
-  # A batch is GROUPED_CALLS model calls' worth: 8 documents.
-  assert score.GROUPED_CALLS == 8
   manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
-                                  '--batch_size=1'))
+                                  '--batch_size=8'))
   failed = json.loads(batch_file.read_text())
   # One bundle of 40 documents makes five full batches of 8.
   assert 'poison' in failed and len(failed) == 8
@@ -426,12 +427,12 @@ class PoisonedModelHandler(score.RawTextModelHandler):
   the poison in its text: a document the model cannot take."""
 
   def load_model(self):
-    signature = super().load_model()
+    real_model = super().load_model()
 
-    def model(**inputs):
-      if any(POISON.encode() in text for text in inputs[serving.TEXT]):
+    def model(text):
+      if any(POISON.encode() in document for document in text):
         raise ValueError('poisoned batch')
-      return signature(**inputs)
+      return real_model(text)
     return model
 
 
