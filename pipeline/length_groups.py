@@ -40,6 +40,11 @@ SHORTEST = 32
 # quarter of its longest document; more cuts mean more XLA compilations
 # (about a second each) at a worker's start.
 CUTS_PER_OCTAVE = 4
+# LLVM's lighter optimisation compiles each length ~40 % faster and the
+# calls run as fast (measured on IMDB). Read when XLA first compiles, so it
+# is set on import, which workers do when they unpickle the scoring job's
+# model handler; a user's own XLA_FLAGS win.
+os.environ.setdefault('XLA_FLAGS', '--xla_backend_optimization_level=1')
 
 Outputs = Dict[str, np.ndarray]
 
@@ -68,8 +73,9 @@ class _ThreadedCalls:
   """Runs a model's calls on a thread per core, in order of submission."""
 
   def __init__(self, threads: int = 0):
+    self.threads = threads or os.cpu_count() or 1
     self._pool = concurrent.futures.ThreadPoolExecutor(
-        threads or os.cpu_count() or 1, thread_name_prefix='model-call')
+        self.threads, thread_name_prefix='model-call')
 
   def map(self, call: Callable, arguments: Sequence) -> List:
     if len(arguments) == 1:  # no thread hop for a batch of one call
@@ -106,8 +112,10 @@ class LengthGroupedModel(_ThreadedCalls):
     self._shortest = shortest
 
   def __call__(self, text: Sequence[bytes]) -> Outputs:
-    token_ids = self._tokenize(**{serving.TEXT: text})[
-        serving.TOKEN_IDS].numpy()
+    # A tokenize call runs on one core: a share of the batch on each.
+    share = -(-len(text) // self.threads)
+    token_ids = np.concatenate(self.map(self._token_ids, [
+        text[start:start + share] for start in range(0, len(text), share)]))
     lengths = np.count_nonzero(token_ids != transformed.PAD_ID, axis=1)
     cuts = np.array(bucket_lengths(token_ids.shape[1], self._shortest))
     # Longest first: the one short run is then of the shortest documents.
@@ -120,6 +128,10 @@ class LengthGroupedModel(_ThreadedCalls):
     for rows, answer in zip(runs, self.map(self._classify_rows, calls)):
       probabilities[rows] = answer
     return _outputs(self._label_names, probabilities)
+
+  def _token_ids(self, text: Sequence[bytes]) -> np.ndarray:
+    return self._tokenize(**{serving.TEXT: list(text)})[
+        serving.TOKEN_IDS].numpy()
 
   def _classify_rows(self, token_ids: np.ndarray) -> np.ndarray:
     count = len(token_ids)

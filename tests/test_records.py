@@ -1,4 +1,8 @@
 """Record checks and the counts every job reconciles before publishing."""
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
 import pytest
 
 from pipeline import cli
@@ -53,3 +57,15 @@ def test_a_tally_that_does_not_add_up_is_a_job_error():
   assert tally.written == {'': 2}
   with pytest.raises(cli.JobError, match='do not reconcile'):
     tally.reconcile()
+
+
+def test_count_duplicate_ids_counts_repeated_ids_and_their_extra_rows():
+  ids = ['a', 'b', 'a', 'c', 'a', 'b', 'é', 'é'] + [f'd{i}' for i in range(500)]
+  with TestPipeline() as pipeline:
+    counts = (pipeline
+              | beam.Create(ids, reshuffle=False)
+              | records.CountDuplicateIds()
+              | beam.CombineGlobally(records.SumCounts()))
+    # a twice beyond its first, b and é once each.
+    assert_that(counts, equal_to([{(records.DUPLICATE, 'ids'): 3,
+                                   (records.DUPLICATE, 'rows'): 4}]))
