@@ -1,6 +1,7 @@
 """Baseline for bench/preprocess.py: the same preprocessing, TensorFlow only.
 
-Reads an aclImdb tree in one process, learns the vocabulary on the train
+Reads an aclImdb tree or a JSONL file (``text``, ``label`` and ``split``
+fields) in one process, learns the vocabulary on the train
 split with Keras ``TextVectorization.adapt`` (standardized by our own
 ``pipeline.transform.normalize``), vectorizes and pads both splits, and
 writes them as gzip TFRecords. No Beam, no TFT.
@@ -8,6 +9,7 @@ writes them as gzip TFRecords. No Beam, no TFT.
     python bench/tf_only_preprocess.py --input=DIR --output_dir=DIR
 """
 import argparse
+import json
 import os
 import posixpath
 
@@ -31,6 +33,19 @@ def read_tree(root):
   return splits
 
 
+def read_jsonl(path):
+  """(texts, labels) per split of a JSONL file."""
+  splits = {}
+  with tf.io.gfile.GFile(path, 'rb') as handle:
+    for line in handle:
+      record = json.loads(line)
+      texts, labels = splits.setdefault(
+          raw.SPLIT_ALIASES[record[raw.SPLIT]], ([], []))
+      texts.append(record[raw.TEXT].encode('utf-8'))
+      labels.append(record[raw.LABEL])
+  return splits
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument('--input', required=True)
@@ -38,7 +53,8 @@ def main():
   parser.add_argument('--vocab_size', type=int, default=20000)
   parser.add_argument('--max_len', type=int, default=200)
   args = parser.parse_args()
-  splits = read_tree(args.input)
+  splits = (read_jsonl(args.input) if args.input.endswith('.jsonl')
+            else read_tree(args.input))
   train_texts, train_labels = splits[raw.TRAIN]
   # TextVectorization calls standardize on a batch; split on whitespace
   # matches our tokenizer, and it reserves 0 for padding and 1 for OOV too.
