@@ -7,7 +7,7 @@ attention's ``[rows, heads, length, length]`` scores above all) too large
 for the processor's caches: on IMDB, calls of 16 rows take a third of the
 CPU time per document that calls of 256 take.
 
-So ``LengthGroupedModel`` tokenizes a batch in one call, sorts the
+So ``LengthGroupedModel`` tokenizes a batch, sorts the
 documents by token count, and calls the model on runs of ``CALL_ROWS``
 neighbours cut to the longest of them, rounded up to one of a few lengths
 (``bucket_lengths``). The model masks padding, so a document's prediction
@@ -32,7 +32,7 @@ from schemas import transformed
 from trainer import export
 
 # Rows of one model call (see above): measured on IMDB, 16 and 32 rows score
-# the seed model equally fast, 16 the best (hybrid) model 40 % faster than 32.
+# the seed model equally fast, 16 the best (hybrid) model 13-40 % faster.
 CALL_ROWS = 16
 # The shortest cut: below it, XLA compilations cost more than they save.
 SHORTEST = 32
@@ -69,65 +69,69 @@ def bucket_lengths(max_len: int, shortest: int = SHORTEST) -> List[int]:
   return lengths + [max_len]
 
 
-class _ThreadedCalls:
-  """Runs a model's calls on a thread per core, in order of submission."""
+def _slices(items: Sequence, size: int) -> List[Sequence]:
+  return [items[start:start + size] for start in range(0, len(items), size)]
 
-  def __init__(self, threads: int = 0):
+
+class _SmallCalls:
+  """A model called in calls of ``call_rows`` documents on a thread per
+  core; answers as ``serving_default``'s outputs, numpy arrays."""
+
+  def __init__(self, label_names: Sequence[str], call_rows: int,
+               threads: int):
+    self._label_names = np.array([name.encode('utf-8')
+                                  for name in label_names], dtype=object)
+    self._call_rows = call_rows
     self.threads = threads or os.cpu_count() or 1
     self._pool = concurrent.futures.ThreadPoolExecutor(
         self.threads, thread_name_prefix='model-call')
 
   def map(self, call: Callable, arguments: Sequence) -> List:
+    """``call`` on each argument on the threads, answers in order."""
     if len(arguments) == 1:  # no thread hop for a batch of one call
       return [call(arguments[0])]
     return list(self._pool.map(call, arguments))
 
+  def outputs(self, probabilities: np.ndarray) -> Outputs:
+    label_ids = np.argmax(probabilities, axis=-1)
+    return {
+        serving.LABEL: self._label_names[label_ids],
+        serving.LABEL_ID: label_ids,
+        serving.CONFIDENCE: np.max(probabilities, axis=-1),
+        serving.PROBABILITIES: probabilities,
+    }
 
-def _outputs(label_names: np.ndarray, probabilities: np.ndarray) -> Outputs:
-  label_ids = np.argmax(probabilities, axis=-1)
-  return {
-      serving.LABEL: label_names[label_ids],
-      serving.LABEL_ID: label_ids,
-      serving.CONFIDENCE: np.max(probabilities, axis=-1),
-      serving.PROBABILITIES: probabilities,
-  }
 
-
-class LengthGroupedModel(_ThreadedCalls):
+class LengthGroupedModel(_SmallCalls):
   """Called as the export's ``serving_default`` is (raw text in, the same
   outputs out, as numpy arrays), for any batch size."""
 
   def __init__(self, signature, label_names: Sequence[str],
                call_rows: int = CALL_ROWS, shortest: int = SHORTEST,
                threads: int = 0):
-    super().__init__(threads)
+    super().__init__(label_names, call_rows, threads)
     signatures = signature.loaded_object.signatures
     self._tokenize = signatures[serving.TOKENIZE]
     self._classify = signatures[serving.CLASSIFY_TOKEN_IDS]
     # Keep the loaded object alive as long as its signatures are used.
     self.loaded_object = signature.loaded_object
-    self._label_names = np.array([name.encode('utf-8')
-                                  for name in label_names], dtype=object)
-    self._call_rows = call_rows
     self._shortest = shortest
 
   def __call__(self, text: Sequence[bytes]) -> Outputs:
     # A tokenize call runs on one core: a share of the batch on each.
-    share = -(-len(text) // self.threads)
-    token_ids = np.concatenate(self.map(self._token_ids, [
-        text[start:start + share] for start in range(0, len(text), share)]))
+    token_ids = np.concatenate(self.map(self._token_ids, _slices(
+        text, -(-len(text) // self.threads))))
     lengths = np.count_nonzero(token_ids != transformed.PAD_ID, axis=1)
     cuts = np.array(bucket_lengths(token_ids.shape[1], self._shortest))
     # Longest first: the one short run is then of the shortest documents.
     order = np.argsort(-lengths, kind='stable')
-    runs = [order[start:start + self._call_rows]
-            for start in range(0, len(order), self._call_rows)]
+    runs = _slices(order, self._call_rows)
     calls = [token_ids[rows, :cuts[np.searchsorted(
         cuts, max(lengths[rows[0]], 1))]] for rows in runs]
     probabilities = np.empty((len(text), len(self._label_names)), np.float32)
     for rows, answer in zip(runs, self.map(self._classify_rows, calls)):
       probabilities[rows] = answer
-    return _outputs(self._label_names, probabilities)
+    return self.outputs(probabilities)
 
   def _token_ids(self, text: Sequence[bytes]) -> np.ndarray:
     return self._tokenize(**{serving.TEXT: list(text)})[
@@ -142,23 +146,17 @@ class LengthGroupedModel(_ThreadedCalls):
     return outputs[serving.PROBABILITIES].numpy()[:count]
 
 
-class SignatureModel(_ThreadedCalls):
-  """An older export's ``serving_default`` behind the same call, in calls of
-  ``call_rows`` documents."""
+class SignatureModel(_SmallCalls):
+  """An older export's ``serving_default`` behind the same call."""
 
   def __init__(self, signature, label_names: Sequence[str],
                call_rows: int = CALL_ROWS, threads: int = 0):
-    super().__init__(threads)
+    super().__init__(label_names, call_rows, threads)
     self._signature = signature
-    self._label_names = np.array([name.encode('utf-8')
-                                  for name in label_names], dtype=object)
-    self._call_rows = call_rows
 
   def __call__(self, text: Sequence[bytes]) -> Outputs:
-    chunks = [text[start:start + self._call_rows]
-              for start in range(0, len(text), self._call_rows)]
-    return _outputs(self._label_names, np.concatenate(
-        self.map(self._probabilities, chunks)))
+    return self.outputs(np.concatenate(self.map(
+        self._probabilities, _slices(text, self._call_rows))))
 
   def _probabilities(self, text: Sequence[bytes]) -> np.ndarray:
     return self._signature(**{serving.TEXT: list(text)})[
