@@ -187,8 +187,9 @@ class ValidateAndSplit(records.CountingDoFn):
   letters."""
 
   def __init__(self, max_text_bytes: int, test_fraction: float,
-               validation_fraction: float, split_required: bool):
-    super().__init__(_NAMESPACE)
+               validation_fraction: float, split_required: bool,
+               metered: bool = True):
+    super().__init__(_NAMESPACE, metered)
     self._max_text_bytes = max_text_bytes
     self._test_fraction = test_fraction
     self._validation_fraction = validation_fraction
@@ -288,47 +289,71 @@ class EncodeExamples(records.CountingDoFn):
     yield self._encoder.encode(batch)
 
 
+class ReadAndRoute(beam.PTransform):
+  """Reads the input and routes each record: the outputs of
+  ValidateAndSplit."""
+
+  def __init__(self, settings: Settings, metered: bool):
+    super().__init__()
+    self._settings = settings
+    self._metered = metered
+
+  def expand(self, pbegin):
+    settings, config = self._settings, self._settings.read_config
+    return (pbegin
+            | 'Read' >> readers.ReadRecords(settings.pattern, config)
+            | 'ValidateAndSplit' >> beam.ParDo(ValidateAndSplit(
+                config.max_text_bytes, settings.test_fraction or 0.0,
+                settings.validation_fraction,
+                split_required=bool(config.split_field),
+                metered=self._metered)).with_outputs(
+                    records.REJECTED, records.STATS, *raw.SPLITS))
+
+
+def to_arrow_batches(split_records, split: str):
+  return (split_records
+          | f'Batch{split}' >> beam.BatchElements(
+              min_batch_size=_BATCH_SIZE, max_batch_size=_BATCH_SIZE)
+          | f'ToArrow{split}' >> beam.Map(to_record_batch))
+
+
 def build_pipeline(pipeline, settings: Settings, staging: str):
-  """Adds the preprocessing steps to ``pipeline``, writing under ``staging``."""
-  config = settings.read_config
-  raw_records = pipeline | 'Read' >> readers.ReadRecords(settings.pattern,
-                                                         config)
-  routed = raw_records | 'ValidateAndSplit' >> beam.ParDo(ValidateAndSplit(
-      config.max_text_bytes, settings.test_fraction or 0.0,
-      settings.validation_fraction,
-      split_required=bool(config.split_field))).with_outputs(
-          records.REJECTED, records.STATS, *raw.SPLITS)
-  # The train labels are in the checking counts already.
-  check_counts = routed[records.STATS] | 'SumCheckStats' >> (
+  """Adds the preprocessing steps to ``pipeline``, writing under ``staging``.
+
+  The input is read twice. The first pass learns the train labels and the
+  vocabulary; the second checks, transforms and writes every record, and
+  alone counts. A runner holds a PCollection whole between two stages
+  (DirectRunner in its own memory), so keeping the records until the
+  vocabulary is known would hold the corpus. Read again, each record
+  streams from its file to its TFRecord, with what the first pass learnt
+  waiting as side inputs.
+  """
+  learnt = pipeline | 'Learn' >> ReadAndRoute(settings, metered=False)
+  train_labels = learnt[records.STATS] | 'SumTrainLabels' >> (
       beam.CombineGlobally(records.SumCounts()))
+  routed = pipeline | 'Route' >> ReadAndRoute(settings, metered=True)
   split_records = {raw.TRAIN: routed[raw.TRAIN]}
-  stats, rejects = [check_counts], [routed[records.REJECTED]]
+  stats, rejects = [routed[records.STATS]], [routed[records.REJECTED]]
   for split in raw.HELD_OUT:
     checked = routed[split] | f'RejectUnknownLabels{split}' >> beam.ParDo(
         RejectUnknownLabels(split), train_counts=beam.pvalue.AsSingleton(
-            check_counts)).with_outputs(
+            train_labels)).with_outputs(
                 records.REJECTED, records.STATS, main='checked')
     split_records[split] = checked.checked
     stats.append(checked[records.STATS])
     rejects.append(checked[records.REJECTED])
 
   adapter_config = raw_tensor_adapter_config()
-  batches = {}
-  for split in raw.SPLITS:
-    batches[split] = (split_records[split]
-                      | f'Batch{split}' >> beam.BatchElements(
-                          min_batch_size=_BATCH_SIZE,
-                          max_batch_size=_BATCH_SIZE)
-                      | f'ToArrow{split}' >> beam.Map(to_record_batch))
-
   with tft_beam.Context(temp_dir=posixpath.join(staging, 'tmp')):
     # Train alone: no word of validation or test may shape the vocabulary.
-    transform_fn = ((batches[raw.TRAIN], adapter_config)
+    transform_fn = ((to_arrow_batches(learnt[raw.TRAIN], 'Learnt'),
+                     adapter_config)
                     | 'AnalyzeTrain' >> tft_beam.AnalyzeDataset(
                         transform.make_preprocessing_fn(settings.params)))
     for split in raw.SPLITS:
       transformed_batches, _ = (
-          ((batches[split], adapter_config), transform_fn)
+          ((to_arrow_batches(split_records[split], split), adapter_config),
+           transform_fn)
           | f'Transform{split}' >> tft_beam.TransformDataset(
               output_record_batches=True))
       encoded = transformed_batches | f'Encode{split}' >> beam.ParDo(

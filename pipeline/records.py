@@ -101,11 +101,14 @@ class CountingDoFn(beam.DoFn):
   """Counts per bundle and emits the counts once, at the bundle's end.
 
   Beam counters are updated here too: once a bundle, not once an element,
-  which matters at tens of thousands of elements a second.
+  which matters at tens of thousands of elements a second. A pass that only
+  learns from records another pass counts is not ``metered``: its counters
+  would show each record twice.
   """
 
-  def __init__(self, namespace: str):
+  def __init__(self, namespace: str, metered: bool = True):
     self._namespace = namespace
+    self._metered = metered
 
   def start_bundle(self):
     self._counts = collections.Counter()
@@ -113,7 +116,7 @@ class CountingDoFn(beam.DoFn):
   def finish_bundle(self):
     if self._counts:
       for key, count in self._counts.items():
-        if key[0] in _METERED:
+        if self._metered and key[0] in _METERED:
           Metrics.counter(self._namespace, '_'.join(map(str, key))).inc(count)
       yield pvalue.TaggedOutput(
           STATS, GlobalWindows.windowed_value(dict(self._counts)))

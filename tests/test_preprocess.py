@@ -1,4 +1,5 @@
 """The preprocessing job on small data the tests write, and its failure modes."""
+import collections
 import errno
 import glob
 import importlib
@@ -144,6 +145,27 @@ def test_counts_reconcile_and_every_bad_row_is_a_dead_letter(small_job):
   assert set(dead[0]) == set(rejected.FIELDS)
   on_disk = json.loads((output / transformed.STATS_FILE).read_text())
   assert on_disk == stats
+
+
+def test_runner_counters_show_each_record_once(tmp_path):
+  # The input is read twice, to learn and then to write; one pass counts.
+  empty_row, reason = BAD_ROWS['empty']
+  write_jsonl(tmp_path / 'a.jsonl', good_rows(20, 'train') +
+              good_rows(6, 'test') + [empty_row])
+  args, _ = preprocess.parse_args([
+      f'--input={tmp_path}/a.jsonl', f'--output_dir={tmp_path}/out',
+      '--split_field=split', '--validation_fraction=0'])
+  pipeline = beam_pipeline()
+  preprocess.build_pipeline(pipeline, preprocess.settings_from_args(args),
+                            str(tmp_path / 'staging'))
+  result = pipeline.run()
+  result.wait_until_finish()
+  counters = collections.Counter()
+  for counter in result.metrics().query()['counters']:  # one a step
+    if counter.key.metric.namespace == 'preprocess':
+      counters[counter.key.metric.name] += counter.committed
+  assert counters == {'read': 27, 'written_train': 20, 'written_test': 6,
+                      f'rejected_{reason}': 1}
 
 
 def test_examples_are_padded_truncated_and_labelled(small_job):

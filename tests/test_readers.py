@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline import readers
+from pipeline.readers import lines
 from pipeline.readers import sources
 from schemas import raw
 from schemas import rejected
@@ -427,6 +428,21 @@ def test_cr_only_line_endings_split_lines(tmp_path):
   assert [(r[raw.TEXT], r[raw.LABEL]) for r in sorted(
       read(csv_path, id_field=None), key=lambda r: r[raw.LABEL])] == [
           ('two\rlines', 'a'), ('plain', 'b')]
+
+
+@pytest.mark.parametrize('encoding', ['utf-8', 'utf-16-le', 'utf-32-be'])
+def test_line_ends_found_across_any_chunking(encoding):
+  # Every line end (\n, \r\n, lone \r) at every chunk boundary, and a
+  # character whose code units hold a \r or \n byte (U+0A0D).
+  text = 'a\nbb\r\nc\u0a0dc\r\rd\r\n\ne'
+  expected = ['a\n', 'bb\r\n', 'c\u0a0dc\r', '\r', 'd\r\n', '\n', 'e']
+  data = text.encode(encoding)
+  line_encoding = lines.TextEncoding.of(encoding, lambda: data)
+  for size in range(1, len(data) + 1):
+    chunks = iter([data[i:i + size] for i in range(0, len(data), size)])
+    found = [line_encoding.decode(piece.data, 1) for piece in lines.pieces(
+        chunks, 0, line_encoding, max_bytes=1000)]
+    assert found == expected, size
 
 
 def test_nul_bytes_are_not_text(tmp_path):

@@ -28,7 +28,8 @@ def rejection(record_id: str, source: str, reason: str, payload: Any) -> Dict:
 
 def has_surrogates(value: str) -> bool:
   """Whether a string holds a lone surrogate, which no output can encode."""
-  return _LONE_SURROGATE.search(value) is not None
+  # Most text is ASCII, which Python knows without a look at it.
+  return not value.isascii() and _LONE_SURROGATE.search(value) is not None
 
 
 def is_undecodable(text: str) -> bool:
