@@ -86,6 +86,9 @@ class _SmallCalls:
     self._pool = concurrent.futures.ThreadPoolExecutor(
         self.threads, thread_name_prefix='model-call')
 
+  def compile_ahead(self) -> None:
+    """Starts whatever compiling the first batch would wait for."""
+
   def map(self, call: Callable, arguments: Sequence) -> List:
     """``call`` on each argument on the threads, answers in order."""
     if len(arguments) == 1:  # no thread hop for a batch of one call
@@ -116,6 +119,15 @@ class LengthGroupedModel(_SmallCalls):
     # Keep the loaded object alive as long as its signatures are used.
     self.loaded_object = signature.loaded_object
     self._shortest = shortest
+
+  def compile_ahead(self) -> None:
+    """Starts compiling the model part for every cut length, a length a
+    thread at a time: left to the first batch, calls of one length would
+    wait on each other's compilation. The batch then queues behind them."""
+    max_len = self._token_ids([b'']).shape[1]
+    for length in bucket_lengths(max_len, self._shortest):
+      self._pool.submit(self._classify_rows, np.full(
+          (self._call_rows, length), transformed.PAD_ID, np.int64))
 
   def __call__(self, text: Sequence[bytes]) -> Outputs:
     # A tokenize call runs on one core: a share of the batch on each.
@@ -163,12 +175,27 @@ class SignatureModel(_SmallCalls):
         serving.PROBABILITIES].numpy()
 
 
+# The last model load() gave, by export directory.
+_LOADED = {}
+
+
 def load(export_dir: str):
   """The export's model as ``pipeline.score`` calls it: length-grouped where
-  the export allows, else its ``serving_default`` in small calls."""
-  signature, metadata = export.load(export_dir)
-  if not supports(signature):
-    logging.info('score: %s predates the token-id signatures; every '
-                 'document is padded to max_len', export_dir)
-    return SignatureModel(signature, metadata['label_names'])
-  return LengthGroupedModel(signature, metadata['label_names'])
+  the export allows, else its ``serving_default`` in small calls; and the
+  export's metadata.
+
+  Loaded once per process: the scoring job's launcher loads the model to
+  check it before the pipeline starts, and a runner that works in the
+  launcher's process gets the same model.
+  """
+  if export_dir not in _LOADED:
+    signature, metadata = export.load(export_dir)
+    if supports(signature):
+      model = LengthGroupedModel(signature, metadata['label_names'])
+    else:
+      logging.info('score: %s predates the token-id signatures; every '
+                   'document is padded to max_len', export_dir)
+      model = SignatureModel(signature, metadata['label_names'])
+    _LOADED.clear()
+    _LOADED[export_dir] = model, metadata
+  return _LOADED[export_dir]

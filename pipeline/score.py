@@ -157,7 +157,9 @@ class RawTextModelHandler(inference.ModelHandler):
     self._export_dir = export_dir
 
   def load_model(self):
-    return length_groups.load(self._export_dir)
+    model, _ = length_groups.load(self._export_dir)
+    model.compile_ahead()
+    return model
 
   def run_inference(self, batch: Sequence[Dict], model,
                     inference_args: Optional[Dict] = None
@@ -321,7 +323,7 @@ def settings_from_args(args) -> Settings:
         args, format=fmt, label_field=None,
         keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
     export_dir = export.resolve(args.model_dir)
-    _, metadata = export.load(export_dir)  # fails early on a bad export
+    _, metadata = length_groups.load(export_dir)  # fails early on a bad one
     check_kept_columns(kept, metadata['label_names'])
     by_field = kept_fields.schema(pattern, config)
     kept_schema = pa.schema([by_field.field(field).with_name(column)

@@ -367,8 +367,9 @@ def test_bucket_lengths():
 def test_an_export_without_the_token_id_signatures_is_served_as_it_is(
     tmp_path):
   folder = tiny_export(tmp_path / 'export', {'label_names': ['neg', 'pos']})
-  model = length_groups.load(str(folder))
+  model, _ = length_groups.load(str(folder))
   assert isinstance(model, length_groups.SignatureModel)
+  assert length_groups.load(str(folder))[0] is model  # loaded once
   assert model([b'any'] * 40)[serving.LABEL].tolist() == [b'pos'] * 40
 
 
