@@ -23,6 +23,7 @@ served by their ``serving_default``, in calls of ``CALL_ROWS`` as well.
 import concurrent.futures
 import logging
 import os
+import threading
 from typing import Callable, Dict, List, Sequence
 
 import numpy as np
@@ -119,11 +120,16 @@ class LengthGroupedModel(_SmallCalls):
     # Keep the loaded object alive as long as its signatures are used.
     self.loaded_object = signature.loaded_object
     self._shortest = shortest
+    self._compiling = False
 
   def compile_ahead(self) -> None:
     """Starts compiling the model part for every cut length, a length a
     thread at a time: left to the first batch, calls of one length would
-    wait on each other's compilation. The batch then queues behind them."""
+    wait on each other's compilation. The batch then queues behind them.
+    Once per model, however many DoFn instances share it."""
+    if self._compiling:
+      return
+    self._compiling = True
     max_len = self._token_ids([b'']).shape[1]
     for length in bucket_lengths(max_len, self._shortest):
       self._pool.submit(self._classify_rows, np.full(
@@ -175,8 +181,10 @@ class SignatureModel(_SmallCalls):
         serving.PROBABILITIES].numpy()
 
 
-# The last model load() gave, by export directory.
+# The last model load() gave, by export directory; the lock makes the
+# process's threads (a runner's DoFn instances) wait for one load.
 _LOADED = {}
+_LOADING = threading.Lock()
 
 
 def load(export_dir: str):
@@ -188,14 +196,15 @@ def load(export_dir: str):
   check it before the pipeline starts, and a runner that works in the
   launcher's process gets the same model.
   """
-  if export_dir not in _LOADED:
-    signature, metadata = export.load(export_dir)
-    if supports(signature):
-      model = LengthGroupedModel(signature, metadata['label_names'])
-    else:
-      logging.info('score: %s predates the token-id signatures; every '
-                   'document is padded to max_len', export_dir)
-      model = SignatureModel(signature, metadata['label_names'])
-    _LOADED.clear()
-    _LOADED[export_dir] = model, metadata
-  return _LOADED[export_dir]
+  with _LOADING:
+    if export_dir not in _LOADED:
+      signature, metadata = export.load(export_dir)
+      if supports(signature):
+        model = LengthGroupedModel(signature, metadata['label_names'])
+      else:
+        logging.info('score: %s predates the token-id signatures; every '
+                     'document is padded to max_len', export_dir)
+        model = SignatureModel(signature, metadata['label_names'])
+      _LOADED.clear()
+      _LOADED[export_dir] = model, metadata
+    return _LOADED[export_dir]

@@ -185,7 +185,7 @@ def test_score_on_the_portable_runner(portable_runner, trained, tmp_path):
   assert manifest['counts']['scored'] == 60
 
 
-class CountingModelHandler(score.RawTextModelHandler):
+class CountingScoreBatches(score.ScoreBatches):
   """Leaves a file a model call, naming its documents, in a folder every
   worker process shares: how often each document was scored."""
 
@@ -193,18 +193,18 @@ class CountingModelHandler(score.RawTextModelHandler):
     super().__init__(*args, **kwargs)
     self._calls_dir = calls_dir
 
-  def run_inference(self, batch, model, inference_args=None):
+  def score(self, batch, model):
     with open(os.path.join(self._calls_dir, uuid.uuid4().hex), 'w',
               encoding='utf-8') as handle:
       json.dump([record[raw.ID] for record in batch], handle)
-    return super().run_inference(batch, model, inference_args)
+    return super().score(batch, model)
 
 
 @contextlib.contextmanager
 def counting_model_calls(calls_dir):
   with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(score, 'RawTextModelHandler', functools.partial(
-        CountingModelHandler, calls_dir=str(calls_dir)))
+    patch.setattr(score, 'ScoreBatches', functools.partial(
+        CountingScoreBatches, calls_dir=str(calls_dir)))
     yield
 
 

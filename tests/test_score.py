@@ -1,5 +1,4 @@
-"""The scoring job: Parquet out, RunInference, partitions, bad input, faults."""
-import functools
+"""The scoring job: Parquet out, the model step, partitions, bad input, faults."""
 import json
 import logging
 import os
@@ -11,7 +10,6 @@ import sys
 import time
 
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.ml.inference.base import RunInference
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 import apache_beam as beam
@@ -159,7 +157,7 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
   assert manifest == outputs.read_json(str(partition / scored.MANIFEST_FILE))
   assert manifest['input'] == str(corpus)
   assert manifest['started_at'] <= manifest['finished_at']
-  # RunInference's batches of 32 documents.
+  # Batches of 32 documents.
   assert manifest['inference']['batches'] >= -(-150 // 32)
   assert not os.path.exists(outputs.staging_root(str(output_dir)))
   # The README's query.
@@ -314,8 +312,9 @@ def test_multi_process_direct_runner_scores_the_same(scored_run, trained,
   assert ours.equals(in_memory)
 
 
-def test_model_handler_in_run_inference(trained):
+def test_score_documents_answers_every_record_once(trained):
   model_dir, export_dir, _ = trained
+  # Three batches of 8: the last batch's answers come at the bundle's end.
   texts = [r['text'] for r in synthetic_reviews(20, 8)]
   signature, metadata = export.load(str(model_dir))
   expected = [(t, p['label']) for t, p in zip(
@@ -324,9 +323,9 @@ def test_model_handler_in_run_inference(trained):
     labels = (pipeline
               | beam.Create([{raw.ID: str(i), raw.TEXT: t}
                              for i, t in enumerate(texts)])
-              | RunInference(score.RawTextModelHandler(str(export_dir), 8))
-              | beam.Map(lambda result: (result.example[raw.TEXT],
-                                         result.inference['label'])))
+              | score.ScoreDocuments(str(export_dir), 8)
+              | beam.MapTuple(lambda record, scores: (
+                  record[raw.TEXT], scores[serving.LABEL])))
     assert_that(labels, equal_to(expected))
 
 
@@ -373,57 +372,10 @@ def test_an_export_without_the_token_id_signatures_is_served_as_it_is(
   assert model([b'any'] * 40)[serving.LABEL].tolist() == [b'pos'] * 40
 
 
-class FailingModelHandler(score.RawTextModelHandler):
-  """Raises on any batch holding the document with id ``poison``, after
-  writing the ids of that batch to ``batch_file``: which documents share a
-  batch is Beam's choice."""
-
-  def __init__(self, *args, batch_file, **kwargs):
-    super().__init__(*args, **kwargs)
-    self._batch_file = batch_file
-
-  def run_inference(self, batch, model, inference_args=None):
-    ids = [record[raw.ID] for record in batch]
-    if 'poison' in ids:
-      with open(self._batch_file, 'w', encoding='utf-8') as handle:
-        json.dump(ids, handle)
-      raise RuntimeError('the model cannot take this batch')
-    return super().run_inference(batch, model, inference_args)
-
-
-def test_a_batch_the_model_raises_on_becomes_dead_letters(trained, tmp_path,
-                                                          monkeypatch):
-  model_dir, _, _ = trained
-  batch_file = tmp_path / 'failed_batch.json'
-  monkeypatch.setattr(score, 'RawTextModelHandler', functools.partial(
-      FailingModelHandler, batch_file=batch_file))
-  rows = corpus_rows(40, 10)
-  rows[17]['id'] = 'poison'
-  corpus = write_jsonl(tmp_path / 'corpus.jsonl', rows)
-  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
-                                  '--batch_size=8'))
-  failed = json.loads(batch_file.read_text())
-  # One bundle of 40 documents makes five full batches of 8.
-  assert 'poison' in failed and len(failed) == 8
-  assert manifest['counts'] == {
-      'read': 40, 'scored': 32, 'rejected': 8,
-      'rejected_by_reason': {rejected.INFERENCE_FAILED: 8},
-      'duplicate_ids': 0, 'duplicate_rows': 0}
-  texts = {row['id']: row['text'] for row in rows}
-  assert dead_letters(tmp_path / 'scores') == sorted((
-      {rejected.ID: record_id, rejected.SOURCE: str(corpus),
-       rejected.REASON: rejected.INFERENCE_FAILED,
-       rejected.SNIPPET: texts[record_id]} for record_id in failed),
-                                                     key=json.dumps)
-  table, _ = read_partition(tmp_path / 'scores')
-  assert sorted(table.column(scored.ID).to_pylist()) == sorted(
-      set(texts) - set(failed))
-
-
 POISON = 'poison-pill'
 
 
-class PoisonedModelHandler(score.RawTextModelHandler):
+class PoisonedScoreBatches(score.ScoreBatches):
   """The real model, made to raise on any batch that holds a document with
   the poison in its text: a document the model cannot take."""
 
@@ -444,13 +396,18 @@ def test_a_failing_batch_is_bisected_to_the_failing_document(
   rows[13]['text'] += f' {POISON}'
   corpus = tmp_path / 'corpus.jsonl'
   write_jsonl(corpus, rows)
-  monkeypatch.setattr(score, 'RawTextModelHandler', PoisonedModelHandler)
-  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores'))
-  assert manifest['counts']['scored'] == 31
-  assert manifest['counts']['rejected_by_reason'] == {
-      rejected.INFERENCE_FAILED: 1}
-  assert [d[rejected.ID] for d in dead_letters(tmp_path / 'scores')] == [
-      rows[13]['id']]
+  monkeypatch.setattr(score, 'ScoreBatches', PoisonedScoreBatches)
+  # Four batches of 8, the poisoned one neither first nor last.
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
+                                  '--batch_size=8'))
+  assert manifest['counts'] == {
+      'read': 32, 'scored': 31, 'rejected': 1,
+      'rejected_by_reason': {rejected.INFERENCE_FAILED: 1},
+      'duplicate_ids': 0, 'duplicate_rows': 0}
+  assert dead_letters(tmp_path / 'scores') == [{
+      rejected.ID: rows[13]['id'], rejected.SOURCE: str(corpus),
+      rejected.REASON: rejected.INFERENCE_FAILED,
+      rejected.SNIPPET: rows[13]['text']}]
   table, _ = read_partition(tmp_path / 'scores')
   assert sorted(table.column(scored.ID).to_pylist()) == sorted(
       row['id'] for i, row in enumerate(rows) if i != 13)
