@@ -355,7 +355,9 @@ def test_length_grouped_model_gives_the_signatures_outputs(trained):
 
 def test_bucket_lengths():
   assert length_groups.bucket_lengths(200) == [
-      32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 200]
+      64, 80, 96, 112, 128, 160, 192, 200]
+  assert length_groups.bucket_lengths(200, shortest=32)[:5] == [
+      32, 40, 48, 56, 64]
   assert length_groups.bucket_lengths(1024)[-6:] == [
       448, 512, 640, 768, 896, 1024]
   assert length_groups.bucket_lengths(24, shortest=4) == [
