@@ -11,7 +11,7 @@ leaves a cluster idle; this runner closes them and keeps everything else
   with several sinks (Parquet, dead letters, counts) runs one of them. Here
   every transform whose output nobody consumes is computed.
 - What a DoFn emits in ``finish_bundle`` is dropped, and with it the last
-  batch of every BatchElements (so RunInference's last documents) and our
+  batch of every BatchElements (so the scoring job's last documents) and our
   per-bundle counts. Here a bundle's outputs are collected after
   ``finish_bundle``.
 - A consumer of one output of a multi-output ParDo receives every output of
