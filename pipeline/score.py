@@ -208,27 +208,25 @@ class ScoreBatches(beam.DoFn):
 
   def _timed_score(self, batch):
     started = time.perf_counter()
-    answers = self.score(batch, self._model)
+    answers = self.score(batch)
     return answers, round((time.perf_counter() - started) * 1e6)
 
-  def score(self, batch: Sequence[Dict], model) -> List[Tuple[Dict, Dict]]:
+  def score(self, batch: Sequence[Dict]) -> List[Tuple[Dict, Dict]]:
     """Scores ``batch``. When the model raises on it, its halves are scored
     the same way, down to single documents: only a document the model
     raises on alone is answered with ``FAILED``, for ToRows to reject."""
     try:
-      return self._score(batch, model)
+      return self._score(batch)
     except Exception as error:  # pylint: disable=broad-except
       if len(batch) == 1:
         logging.warning('score: the model raised on document %r: %s',
                         batch[0][raw.ID], error)
         return [(batch[0], {FAILED: str(error)})]
     middle = len(batch) // 2
-    return (self.score(batch[:middle], model) +
-            self.score(batch[middle:], model))
+    return self.score(batch[:middle]) + self.score(batch[middle:])
 
-  @staticmethod
-  def _score(batch: Sequence[Dict], model) -> List[Tuple[Dict, Dict]]:
-    outputs = model([r[raw.TEXT].encode('utf-8') for r in batch])
+  def _score(self, batch: Sequence[Dict]) -> List[Tuple[Dict, Dict]]:
+    outputs = self._model([r[raw.TEXT].encode('utf-8') for r in batch])
     scored_at = datetime.datetime.now(datetime.timezone.utc)
     labels = outputs[serving.LABEL]
     confidences = outputs[serving.CONFIDENCE].tolist()

@@ -193,11 +193,11 @@ class CountingScoreBatches(score.ScoreBatches):
     super().__init__(*args, **kwargs)
     self._calls_dir = calls_dir
 
-  def score(self, batch, model):
+  def score(self, batch):
     with open(os.path.join(self._calls_dir, uuid.uuid4().hex), 'w',
               encoding='utf-8') as handle:
       json.dump([record[raw.ID] for record in batch], handle)
-    return super().score(batch, model)
+    return super().score(batch)
 
 
 @contextlib.contextmanager
