@@ -46,9 +46,10 @@ setuptools.setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     python_requires='>=3.10,<3.13',
-    packages=setuptools.find_packages(include=['pipeline', 'pipeline.*',
-                                               'trainer', 'trainer.*',
-                                               'schemas', 'schemas.*']),
+    packages=setuptools.find_packages(include=[
+        f'{package}{sub}' for package in ('schemas', 'cli', 'serving',
+                                          'pipeline', 'trainer')
+        for sub in ('', '.*')]),
     install_requires=REQUIRED,
     extras_require=EXTRAS,
 )

@@ -1,9 +1,13 @@
 """Benchmark: the scoring job against a plain loop over the same model.
 
 For each corpus size, a JSONL corpus drawn from the 50,000 IMDB reviews
-(cycled, each copy with its own id) is scored twice, each in its own
-process so that peak memory is measured apart:
+(cycled, each copy with its own id) is scored by each arm in a process of
+its own, so that peak memory is measured apart:
 
+- model alone: the job's model (``serving.length_groups``, its threads and
+  XLA flags) on the corpus's texts held in memory, in the job's batches,
+  warm: no reading, no writing, no start-up; timed on at most the first
+  100,000 texts (--model_alone_docs), a rate. The job's ceiling;
 - baseline: the exported ``serving_default`` signature called in a Python
   loop over the same texts, in batches of 256 (--baseline_batch_size), in
   one process, writing the same Parquet rows;
@@ -72,8 +76,8 @@ def baseline(pattern: str, model_dir: str, batch_size: int,
   import datetime  # pylint: disable=import-outside-toplevel
   import pyarrow as pa  # pylint: disable=import-outside-toplevel
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
-  from trainer import export  # pylint: disable=import-outside-toplevel
-  signature, metadata = export.load(model_dir)
+  from serving import exports  # pylint: disable=import-outside-toplevel
+  signature, metadata = exports.load(model_dir)
   names = metadata['label_names']
   schema = scored.arrow_schema(names, pa.schema([]))
   writer = pq.ParquetWriter(output, schema, compression='zstd')
@@ -107,6 +111,37 @@ def baseline(pattern: str, model_dir: str, batch_size: int,
     documents += score(batch)
   writer.close()
   print(json.dumps({'documents': documents}))
+
+
+def model_alone(pattern: str, model_dir: str, docs: int,
+                output: str) -> None:
+  """The job's model on texts in memory, in the job's batches; writes its
+  rate to ``output``."""
+  # pylint: disable=import-outside-toplevel
+  import time
+  from pipeline import score
+  from pipeline.scoring import inference
+  from serving import length_groups
+  batch_size = score.parse_args(['--input=-', '--model_dir=-',
+                                 '--output_dir=-'])[0].batch_size
+  texts = []
+  for path in sorted(glob.glob(pattern)):
+    with open(path, encoding='utf-8') as handle:
+      texts.extend(json.loads(line)[raw.TEXT].encode('utf-8')
+                   for line, _ in zip(handle, range(docs - len(texts))))
+  # The XLA flags as the job's model handler sets them.
+  inference.RawTextModelHandler(model_dir, batch_size).set_environment_vars()
+  model, _ = length_groups.load(model_dir)
+  batches = [texts[start:start + batch_size]
+             for start in range(0, len(texts), batch_size)]
+  model(batches[0])  # warm
+  started = time.perf_counter()
+  for batch in batches:
+    model(batch)
+  seconds = time.perf_counter() - started
+  with open(output, 'w', encoding='utf-8') as out:
+    json.dump({'documents': len(texts), 'seconds': seconds,
+               'docs_per_s': len(texts) / seconds}, out)
 
 
 def check_same_outputs(baseline_file: str, partition: str) -> None:
@@ -191,7 +226,15 @@ def bench_size(args, work: str, model_dir: str, pattern: str,
   its highest peak memory."""
   python = sys.executable
   walls, peaks = collections.defaultdict(list), collections.defaultdict(list)
+  model_rates = []
   for _ in range(args.repeats):
+    rate_file = os.path.join(work, 'model-alone.json')
+    run_process([python, os.path.abspath(__file__), f'--model_alone={pattern}',
+                 f'--model_dir={model_dir}',
+                 f'--model_alone_docs={args.model_alone_docs}',
+                 f'--model_alone_output={rate_file}'])
+    with open(rate_file, encoding='utf-8') as handle:
+      model_rates.append(json.load(handle)['docs_per_s'])
     wall, peak = run_process([
         python, os.path.abspath(__file__), f'--baseline={pattern}',
         f'--model_dir={model_dir}',
@@ -215,7 +258,10 @@ def bench_size(args, work: str, model_dir: str, pattern: str,
       check_same_outputs(f'{work}/baseline-{size}.parquet',
                          os.path.join(work, 'scores', f'size={size}'))
   base_wall = min(walls['baseline'])
-  result = {}
+  model_rate = max(model_rates)
+  result = {'model_alone': {'docs_per_s': round(model_rate),
+                            'docs_per_s_runs': [round(r) for r in model_rates],
+                            'documents': min(size, args.model_alone_docs)}}
   for arm, arm_walls in walls.items():
     result[arm] = {
         'wall_s': round(min(arm_walls), 1),
@@ -224,6 +270,8 @@ def bench_size(args, work: str, model_dir: str, pattern: str,
         'peak_mib': round(max(peaks[arm]))}
     if arm != 'baseline':
       result[arm]['throughput_ratio'] = round(base_wall / min(arm_walls), 3)
+      result[arm]['of_model_alone'] = round(
+          size / min(arm_walls) / model_rate, 3)
   return result
 
 
@@ -241,11 +289,20 @@ def main():
   parser.add_argument('--modes', default='in_memory',
                       help='Comma-separated DirectRunner running modes for '
                       'our job: in_memory, multi_processing.')
-  # Set when this file runs itself as the baseline's process.
+  parser.add_argument('--model_alone_docs', type=int, default=100_000,
+                      help='Texts the model-alone arm times (a rate).')
+  # Set when this file runs itself as the baseline's or the model's process.
   parser.add_argument('--baseline', default=None, help=argparse.SUPPRESS)
   parser.add_argument('--baseline_output', default=None,
                       help=argparse.SUPPRESS)
+  parser.add_argument('--model_alone', default=None, help=argparse.SUPPRESS)
+  parser.add_argument('--model_alone_output', default=None,
+                      help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.model_alone:
+    model_alone(args.model_alone, args.model_dir, args.model_alone_docs,
+                args.model_alone_output)
+    return
   if args.baseline:
     baseline(args.baseline, args.model_dir, args.baseline_batch_size,
              args.baseline_output)

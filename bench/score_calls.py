@@ -3,7 +3,7 @@ scoring job's length-grouped calls, by call size.
 
 In one process, on the same IMDB reviews held in memory (no reading, no
 writing): ``serving_default`` in batches of each ``--baseline_sizes``, and
-``pipeline.length_groups.LengthGroupedModel`` on batches of 2,048 documents
+``serving.length_groups.LengthGroupedModel`` on batches of 2,048 documents
 in calls of each ``--call_rows``. Each is run once untimed (XLA compiles its
 lengths then), then timed ``--repeats`` times; the best time counts. The
 ratio is against the fastest ``serving_default`` batch size: the plain
@@ -39,7 +39,10 @@ def main():
   parser.add_argument('--model_dir', required=True)
   parser.add_argument('--docs', type=int, default=8192)
   parser.add_argument('--baseline_sizes', default='32,64,128,256')
-  parser.add_argument('--call_rows', default='8,16,32,64')
+  parser.add_argument('--call_rows', default='16,32,64')
+  parser.add_argument('--threads', type=int, default=0,
+                      help='Threads of the grouped calls; 0: the job\'s '
+                      'default.')
   parser.add_argument('--repeats', type=int, default=2)
   args = parser.parse_args()
   work = args.work or tempfile.mkdtemp(prefix='bench-calls-')
@@ -47,16 +50,20 @@ def main():
   run_process([sys.executable, '-m', 'pipeline.datasets', 'fetch', 'imdb',
                '--dest', work, '--cache', args.cache])
   # Imported here, after the fetch: TensorFlow loads once, in this process.
-  from pipeline import length_groups  # pylint: disable=import-outside-toplevel
-  from schemas import serving  # pylint: disable=import-outside-toplevel
-  from trainer import export  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from pipeline.scoring import inference
+  from schemas import serving
+  from serving import exports
+  from serving import length_groups
+  # The XLA flags as the scoring job's model handler sets them.
+  inference.RawTextModelHandler(args.model_dir, 1).set_environment_vars()
   paths = sorted(glob.glob(os.path.join(work, 'aclImdb', 'test', '*', '*')))
   step = max(len(paths) // args.docs, 1)
   texts = []
   for path in paths[::step][:args.docs]:
     with open(path, 'rb') as handle:
       texts.append(handle.read())
-  signature, metadata = export.load(args.model_dir)
+  signature, metadata = exports.load(args.model_dir)
   rates = {}
   for size in (int(s) for s in args.baseline_sizes.split(',')):
     rates[f'serving_default, batches of {size}'] = best_rate(
@@ -65,7 +72,8 @@ def main():
   strongest = max(rates.values())
   for rows in (int(r) for r in args.call_rows.split(',')):
     model = length_groups.LengthGroupedModel(
-        signature, metadata['label_names'], call_rows=rows)
+        signature, metadata['label_names'], call_rows=rows,
+        threads=args.threads)
     rates[f'grouped, calls of {rows}'] = best_rate(model, texts, 2048,
                                                    args.repeats)
   for name, rate in rates.items():

@@ -33,7 +33,7 @@ from typing import Callable, Iterator, Optional, Tuple
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import cli
+import cli
 from pipeline import outputs
 
 

@@ -21,9 +21,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 import numpy as np
 
-from pipeline import cli
+import cli
 from pipeline import outputs
-from pipeline import transform
 from schemas import raw
 from schemas import rejected
 
@@ -48,7 +47,7 @@ def is_bad_label(label: str) -> bool:
       unicodedata.category(char) in _BAD_LABEL_CATEGORIES for char in label)
 
 
-_HTML_TAG = re.compile(transform.HTML_TAG)
+_HTML_TAG = re.compile(raw.HTML_TAG)
 
 
 def has_visible_text(text: str) -> bool:
@@ -212,8 +211,8 @@ class CountDuplicateIds(beam.PTransform):
 
   Counting happens on the workers, as a combine per digest bucket: the
   launcher never holds the ids. A combine per id would hold every id as a
-  key, hundreds of bytes each, in a local runner's memory (about 390 MiB
-  for 1,000,000 ids, BENCHMARKS.md); packed digests take 16 bytes an id.
+  key, hundreds of bytes each, in a local runner's memory (BENCHMARKS.md);
+  packed digests take 16 bytes an id.
   """
 
   def expand(self, ids):

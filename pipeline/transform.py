@@ -11,9 +11,6 @@ import tensorflow_transform as tft
 from schemas import raw
 from schemas import transformed
 
-# Tags such as <br /> and <p>; bounded so a stray '<' cannot swallow a review.
-# The same pattern in RE2 (TF) and Python's re.
-HTML_TAG = r'<[^<>]{0,200}>'
 # Unicode punctuation and symbols become tokens of their own.
 _PUNCTUATION = r'([\p{P}\p{S}])'
 
@@ -52,7 +49,7 @@ class TransformParams:
   max_token_chars: int = 50     # longer tokens are cut to this many characters
   truncation: str = 'head_tail'  # which tokens of a long document to keep
   # Punctuation and symbols as tokens of their own, or dropped: dropping
-  # them lets max_len tokens cover more words (IMDB: +1 point of accuracy).
+  # them lets max_len tokens cover more words.
   keep_punctuation: bool = False
 
   def __post_init__(self):
@@ -69,7 +66,7 @@ def normalize(text: tf.Tensor, keep_punctuation: bool = True) -> tf.Tensor:
   """Lower case, HTML tags removed, punctuation split off as its own tokens
   (or replaced by spaces)."""
   text = tf.strings.lower(text, encoding='utf-8')
-  text = tf.strings.regex_replace(text, HTML_TAG, ' ')
+  text = tf.strings.regex_replace(text, raw.HTML_TAG, ' ')
   return tf.strings.regex_replace(text, _PUNCTUATION,
                                   r' \1 ' if keep_punctuation else ' ')
 
@@ -90,8 +87,8 @@ def make_preprocessing_fn(params: TransformParams):
                       params.keep_punctuation)
     flat_tokens = tokens.flat_values
     # Unit weights make TFT count tokens per batch inside the graph and ship
-    # (token, count) pairs to Beam, rather than every occurrence; same
-    # vocabulary, several times faster.
+    # (token, count) pairs to Beam, rather than every occurrence; the same
+    # vocabulary.
     vocabulary = tft.vocabulary(
         flat_tokens,
         top_k=params.vocab_size - transformed.NUM_RESERVED_IDS,

@@ -20,6 +20,11 @@ SNIPPET = 'snippet'
 # as a dict of field name to value.
 KEPT = 'kept'
 
+# Markup in raw text: tags such as <br /> and <p>, which the transform
+# removes and a record must hold more than. Bounded so that a stray '<'
+# cannot swallow a review; the same pattern in RE2 (TF) and Python's re.
+HTML_TAG = r'<[^<>]{0,200}>'
+
 # Inputs of the transform graph. The id and the text also pass through it so
 # that the trainer can evaluate the exported raw-text model on the held-out
 # splits.

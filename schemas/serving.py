@@ -25,3 +25,9 @@ LABEL = raw.LABEL
 LABEL_ID = 'label_id'
 CONFIDENCE = 'confidence'      # the predicted label's probability
 PROBABILITIES = 'probabilities'  # one per label, in the metadata's order
+
+# Where the trainer puts an export and what it holds beside the graph:
+# ``<model_dir>/EXPORT_DIR/<version>/`` with ``METADATA_FILE`` (version,
+# label names, parameters, data stats, calibration, the drift reference).
+EXPORT_DIR = 'export'
+METADATA_FILE = 'assets.extra/metadata.json'

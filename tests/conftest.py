@@ -17,7 +17,7 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 import pytest
 
-from pipeline import cli
+import cli
 from pipeline import jobs
 from schemas import rejected
 
@@ -203,3 +203,19 @@ def trained(tmp_path_factory, synthetic_preprocessed):
   folder = built_once(tmp_path_factory, 'trainer', train_reviews)
   result = json.loads((folder / 'trained.json').read_text())
   return folder / 'model', result['export_dir'], result['metrics']
+
+
+class Poisoned:
+  """A model that raises on every call given a text with ``poison`` in it,
+  and otherwise answers as ``model``; counts its calls."""
+
+  def __init__(self, model, poison: str):
+    self._model = model
+    self._poison = poison.encode('utf-8')
+    self.calls = 0
+
+  def __call__(self, texts):
+    self.calls += 1
+    if any(self._poison in text for text in texts):
+      raise ValueError('poisoned batch')
+    return self._model(texts)

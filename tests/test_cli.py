@@ -4,7 +4,7 @@ import errno
 from apache_beam.io.filesystem import BeamIOError
 import pytest
 
-from pipeline import cli
+import cli
 from tests.conftest import main_in_process
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pipeline import cli
+import cli
 from pipeline import preprocess
 from schemas import rejected
 from tests.conftest import dead_letters

@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from pipeline import drift
+from serving import drift
 
 
 def test_confidence_bins_cover_zero_to_one():

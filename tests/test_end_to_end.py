@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from pipeline import email_text
 from pipeline import preprocess
+from pipeline.preprocessing import splits as split_lib
 from pipeline import readers
 from pipeline import transform
 from schemas import raw
@@ -34,7 +35,7 @@ def test_imdb_slice_keeps_the_official_split(corpora, tmp_path):
   for path in glob.glob(pattern):
     record = readers.read_document(path, readers.ReadConfig(format='files'),
                                    False)
-    split = preprocess.assign_split(record[raw.TEXT], record[raw.SPLIT],
+    split = split_lib.assign_split(record[raw.TEXT], record[raw.SPLIT],
                                     0.2, 0.1)
     counts[split][record[raw.LABEL]] += 1
   assert counts[raw.VALIDATION] and counts[raw.TEST] == {'neg': 100,
@@ -77,7 +78,7 @@ def test_spamassassin_slice_parses_every_email(corpora, tmp_path):
   # land in test.
   texts = [email_text.email_to_text(pathlib.Path(path).read_bytes())
            for path in files]
-  splits = collections.Counter(preprocess.hash_split(text, 0.2, 0.1)
+  splits = collections.Counter(split_lib.hash_split(text, 0.2, 0.1)
                                for text in texts)
   assert records['written'] == {split: splits[split] for split in raw.SPLITS}
   assert splits[raw.VALIDATION]

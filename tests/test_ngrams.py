@@ -12,6 +12,7 @@ from tests.conftest import synthetic_reviews
 from trainer import calibration
 from trainer import data as data_lib
 from trainer import export
+from serving import exports
 from trainer import model as model_lib
 from trainer import ngrams
 from trainer import train
@@ -161,7 +162,7 @@ def hybrid(tmp_path_factory):
 
 def test_hybrid_export_serves_the_calibrated_model_from_raw_text(hybrid):
   export_dir, texts, probabilities, fitted, logits = hybrid
-  signature, metadata = export.load(export_dir)
+  signature, metadata = exports.load(export_dir)
   outputs = signature(text=np.array(texts))
   np.testing.assert_allclose(outputs[serving.PROBABILITIES].numpy(),
                              probabilities, atol=1e-5)

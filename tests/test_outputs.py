@@ -1,4 +1,4 @@
-"""StagedOutput: where it stages, what it publishes, what it refuses."""
+"""pipeline.outputs: where a job stages, what it publishes, what it refuses."""
 import os
 import posixpath
 import time
@@ -7,6 +7,8 @@ from apache_beam.io.filesystems import FileSystems
 import pytest
 
 from pipeline import outputs
+from pipeline.outputs import staging
+from pipeline.outputs import swap
 from tests import s3
 
 LAYOUT = outputs.Layout(
@@ -30,7 +32,7 @@ def listing(folder):
 
 def publish(root, files, **kwargs):
   """One run that stages ``files`` and publishes them."""
-  with outputs.StagedOutput(str(root), layout=LAYOUT, **kwargs) as output:
+  with outputs.staged(str(root), layout=LAYOUT, **kwargs) as output:
     for relative in files:
       write(output.staging_dir, relative)
     output.publish()
@@ -39,8 +41,8 @@ def publish(root, files, **kwargs):
 
 def test_staging_is_a_hidden_sibling_of_the_output_root(tmp_path):
   root = tmp_path / 'scores'
-  with outputs.StagedOutput(str(root), partition='dt=5/hour=01',
-                            layout=LAYOUT) as output:
+  with outputs.staged(str(root), partition='dt=5/hour=01',
+                      layout=LAYOUT) as output:
     assert posixpath.dirname(output.staging_dir) == str(
         tmp_path / '.scores.staging') == outputs.staging_root(str(root))
     write(output.staging_dir, PART)
@@ -84,13 +86,13 @@ def test_an_output_the_input_pattern_would_read_is_refused(tmp_path,
   for pattern in (f'{data}/**/*.jsonl', f'{data}/**', 'data/**/*.jsonl',
                   f'{tmp_path}/alias/**/*.parquet', f'{data}/scores/*/*'):
     with pytest.raises(outputs.OutputError, match='inside the input'):
-      with outputs.StagedOutput(root, pattern, partition='dt=1',
-                                layout=LAYOUT):
+      with outputs.staged(root, pattern, partition='dt=1',
+                          layout=LAYOUT):
         pass
   assert os.listdir(data) == []
   for pattern in (f'{data}/*.jsonl', f'{data}/*/*.parquet',
                   f'{data}/scores/dt=2/*.parquet'):
-    with outputs.StagedOutput(root, pattern, partition='dt=1', layout=LAYOUT):
+    with outputs.staged(root, pattern, partition='dt=1', layout=LAYOUT):
       pass
 
 
@@ -127,7 +129,7 @@ def test_an_output_root_that_is_a_mount_point_is_refused(tmp_path,
                                                           monkeypatch):
   root = tmp_path / 'scores'
   root.mkdir()
-  monkeypatch.setattr(outputs, '_device',
+  monkeypatch.setattr(staging, '_device',
                       lambda path: os.path.realpath(path) == str(root))
   with pytest.raises(outputs.OutputError, match='mount point'):
     publish(root, [PART], partition='dt=1')
@@ -136,7 +138,7 @@ def test_an_output_root_that_is_a_mount_point_is_refused(tmp_path,
 
 def leave_behind(root, partition):
   """A run killed with SIGKILL: entered, never left."""
-  output = outputs.StagedOutput(str(root), partition=partition, layout=LAYOUT)
+  output = outputs.staged(str(root), partition=partition, layout=LAYOUT)
   output.__enter__()
   write(output.staging_dir, PART)
   return output.staging_dir
@@ -192,7 +194,7 @@ def test_publish_and_rerun_on_an_object_store(monkeypatch):
     monkeypatch.undo()
 
     with pytest.raises(RuntimeError):
-      with outputs.StagedOutput(root, partition='dt=1', layout=LAYOUT) as out:
+      with outputs.staged(root, partition='dt=1', layout=LAYOUT) as out:
         write(out.staging_dir, 'part-00000-of-00003.parquet')
         raise RuntimeError('the pipeline failed')
     assert listing(f's3://{s3.BUCKET}') == [
@@ -212,7 +214,7 @@ def no_exchange(monkeypatch):
   def cannot_swap(first, second):
     calls.append((first, second))
     return False
-  monkeypatch.setattr(outputs, '_exchange', cannot_swap)
+  monkeypatch.setattr(swap, 'exchange', cannot_swap)
   return calls
 
 
@@ -229,8 +231,8 @@ def tree(folder):
 
 def publish_contents(root, files):
   """One run of partition dt=1 that stages ``files`` (name: bytes)."""
-  with outputs.StagedOutput(str(root), partition='dt=1',
-                            layout=LAYOUT) as output:
+  with outputs.staged(str(root), partition='dt=1',
+                      layout=LAYOUT) as output:
     for relative, content in files.items():
       write(output.staging_dir, relative, content)
     output.publish()
@@ -263,8 +265,8 @@ def test_publish_without_the_swap_replaces_the_output_whole(tmp_path,
 
 def test_leaving_without_publishing_removes_the_staging(tmp_path):
   with pytest.raises(RuntimeError):
-    with outputs.StagedOutput(str(tmp_path / 'scores'), partition='dt=1',
-                              layout=LAYOUT) as output:
+    with outputs.staged(str(tmp_path / 'scores'), partition='dt=1',
+                        layout=LAYOUT) as output:
       write(output.staging_dir, PART, b'half')
       raise RuntimeError('the pipeline failed')
   assert os.listdir(tmp_path) == []

@@ -14,9 +14,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from pipeline import cli
+import cli
 from pipeline import outputs
 from pipeline import preprocess
+from pipeline.preprocessing import splits as split_lib
+from pipeline.preprocessing import settings as preprocess_settings
 from schemas import raw
 from schemas import rejected
 from schemas import transformed
@@ -156,8 +158,9 @@ def test_runner_counters_show_each_record_once(tmp_path):
       f'--input={tmp_path}/a.jsonl', f'--output_dir={tmp_path}/out',
       '--split_field=split', '--validation_fraction=0'])
   pipeline = beam_pipeline()
-  preprocess.build_pipeline(pipeline, preprocess.settings_from_args(args),
-                            str(tmp_path / 'staging'))
+  preprocess.build_pipeline(
+      pipeline, preprocess_settings.settings_from_args(args),
+      str(tmp_path / 'staging'))
   result = pipeline.run()
   result.wait_until_finish()
   counters = collections.Counter()
@@ -226,23 +229,23 @@ def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
 
 def test_hash_split_carves_three_disjoint_stable_splits():
   texts = [f'review number {i}' for i in range(4000)]
-  splits = [preprocess.hash_split(t, 0.2, 0.1) for t in texts]
+  splits = [split_lib.hash_split(t, 0.2, 0.1) for t in texts]
   shares = {split: splits.count(split) / len(texts) for split in raw.SPLITS}
   # Validation takes 0.1 of what test leaves: 0.08 of all.
   assert shares[raw.TEST] == pytest.approx(0.2, abs=0.025)
   assert shares[raw.VALIDATION] == pytest.approx(0.08, abs=0.015)
-  assert splits == [preprocess.hash_split(t, 0.2, 0.1) for t in texts]
+  assert splits == [split_lib.hash_split(t, 0.2, 0.1) for t in texts]
   # Disjoint ranges of one hash: growing a split only takes from train,
   # never moves a record between validation and test.
   for text, split in zip(texts, splits):
     if split == raw.TEST:
-      assert preprocess.hash_split(text, 0.2, 0.5) == raw.TEST
+      assert split_lib.hash_split(text, 0.2, 0.5) == raw.TEST
     if split == raw.VALIDATION:
-      assert preprocess.hash_split(text, 0.2, 0.5) == raw.VALIDATION
+      assert split_lib.hash_split(text, 0.2, 0.5) == raw.VALIDATION
   # Copies of a text, up to case and spacing, share their split.
   for text in texts[:200]:
-    assert preprocess.hash_split(f'  {text.upper()} ', 0.2, 0.1) == (
-        preprocess.hash_split(text.replace(' ', '\t'), 0.2, 0.1))
+    assert split_lib.hash_split(f'  {text.upper()} ', 0.2, 0.1) == (
+        split_lib.hash_split(text.replace(' ', '\t'), 0.2, 0.1))
 
 
 @pytest.mark.parametrize('named, expected', [
@@ -251,18 +254,18 @@ def test_hash_split_carves_three_disjoint_stable_splits():
     ('holdout', None),
 ])
 def test_split_field_values_name_our_splits(named, expected):
-  assert preprocess.assign_split('some text', named, 0.2, 0.5) == expected
+  assert split_lib.assign_split('some text', named, 0.2, 0.5) == expected
 
 
 def test_train_records_of_the_data_give_validation_its_share():
   texts = [f'review number {i}' for i in range(2000)]
-  splits = [preprocess.assign_split(t, 'train', 0.2, 0.1) for t in texts]
+  splits = [split_lib.assign_split(t, 'train', 0.2, 0.1) for t in texts]
   # The test fraction does not apply where the data names the splits.
   assert set(splits) == {raw.TRAIN, raw.VALIDATION}
   assert splits.count(raw.VALIDATION) / len(texts) == pytest.approx(
       0.1, abs=0.02)
-  assert splits == [preprocess.hash_split(t, 0.0, 0.1) for t in texts]
-  assert {preprocess.assign_split(t, 'Training', 0.2, 0.0)
+  assert splits == [split_lib.hash_split(t, 0.0, 0.1) for t in texts]
+  assert {split_lib.assign_split(t, 'Training', 0.2, 0.0)
           for t in texts} == {raw.TRAIN}
 
 
@@ -281,7 +284,7 @@ def test_validate_and_split_routes_records_in_a_pipeline():
   ]
   with beam_pipeline() as pipeline:
     routed = (pipeline | beam.Create(records) | beam.ParDo(
-        preprocess.ValidateAndSplit(100, 0.2, 0.0, split_required=True))
+        split_lib.ValidateAndSplit(100, 0.2, 0.0, split_required=True))
               .with_outputs('rejected', 'stats', *raw.SPLITS))
     assert_that(routed[raw.TRAIN] | 'TrainIds' >> beam.Map(lambda r: r[raw.ID]),
                 equal_to(['2']), label='train')
@@ -404,7 +407,7 @@ def test_a_zero_fraction_is_refused_unless_splits_come_from_the_data(
   args, _ = preprocess.parse_args([f'--input={tmp_path}/docs',
                                    f'--output_dir={tmp_path}/out',
                                    f'{flag}=0'])
-  settings = preprocess.settings_from_args(args)
+  settings = preprocess_settings.settings_from_args(args)
   assert getattr(settings, flag.lstrip('-')) == 0.0
 
 
@@ -422,7 +425,8 @@ def test_a_bad_csv_delimiter_is_a_job_error_before_the_pipeline(tmp_path, job):
     args, _ = preprocess.parse_args([
         f'--input={tmp_path}/in.csv', f'--output_dir={tmp_path}/out',
         f'--csv_delimiter={delimiter}'])
-    assert preprocess.settings_from_args(args).read_config.csv_delimiter == (
+    settings = preprocess_settings.settings_from_args(args)
+    assert settings.read_config.csv_delimiter == (
         delimiter)
 
 

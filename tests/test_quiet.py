@@ -1,8 +1,8 @@
-"""pipeline.quiet: TensorFlow's CUDA lines held back, every other line kept."""
+"""cli.quiet: TensorFlow's CUDA lines held back, every other line kept."""
 import os
 import sys
 
-from pipeline import quiet
+from cli import quiet
 
 
 def test_only_cuda_lines_are_held_back(capfd):

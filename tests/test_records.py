@@ -5,7 +5,7 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 import pytest
 
-from pipeline import cli
+import cli
 from pipeline import records
 from schemas import raw
 from schemas import rejected

@@ -21,7 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import preprocess
+from pipeline.preprocessing import splits as split_lib
 from pipeline import score
+from pipeline.scoring import inference
 from schemas import raw
 from schemas import scored
 from tests.conftest import REPO
@@ -150,7 +152,7 @@ def test_preprocess_on_the_portable_runner(portable_runner, tmp_path):
                           f'--output_dir={tmp_path / "pre"}',
                           '--split_field=split', '--max_len=24',
                           *portable_runner])
-  validation = sum(preprocess.hash_split(row['text'], 0.0, 0.1) ==
+  validation = sum(split_lib.hash_split(row['text'], 0.0, 0.1) ==
                    raw.VALIDATION for row in synthetic_reviews(120, 0))
   assert stats['records'] == {'read': 161, 'rejected': 1, 'written': {
       'train': 120 - validation, 'validation': validation, 'test': 40}}
@@ -185,26 +187,26 @@ def test_score_on_the_portable_runner(portable_runner, trained, tmp_path):
   assert manifest['counts']['scored'] == 60
 
 
-class CountingScoreBatches(score.ScoreBatches):
-  """Leaves a file a model call, naming its documents, in a folder every
-  worker process shares: how often each document was scored."""
+class CountingHandler(inference.RawTextModelHandler):
+  """Leaves a file a batch, naming its documents, in a folder every worker
+  process shares: how often each document was scored."""
 
   def __init__(self, *args, calls_dir, **kwargs):
     super().__init__(*args, **kwargs)
     self._calls_dir = calls_dir
 
-  def score(self, batch):
+  def run_inference(self, batch, model, inference_args=None):
     with open(os.path.join(self._calls_dir, uuid.uuid4().hex), 'w',
               encoding='utf-8') as handle:
       json.dump([record[raw.ID] for record in batch], handle)
-    return super().score(batch)
+    return super().run_inference(batch, model, inference_args)
 
 
 @contextlib.contextmanager
 def counting_model_calls(calls_dir):
   with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(score, 'ScoreBatches', functools.partial(
-        CountingScoreBatches, calls_dir=str(calls_dir)))
+    patch.setattr(inference, 'RawTextModelHandler', functools.partial(
+        CountingHandler, calls_dir=str(calls_dir)))
     yield
 
 

@@ -21,14 +21,16 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import cli
-from pipeline import drift
-from pipeline import kept_fields
-from pipeline import length_groups
+import cli
+from serving import drift
+from serving import length_groups
 from pipeline import outputs
 from pipeline import readers
 from pipeline import records
 from pipeline import score
+from pipeline.scoring import inference
+from pipeline.scoring import kept_fields
+from pipeline.scoring import settings as settings_lib
 from schemas import raw
 from schemas import rejected
 from schemas import scored
@@ -39,9 +41,10 @@ from tests.conftest import beam_pipeline
 from tests.conftest import dead_letters
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
+from tests.conftest import Poisoned
 from tests.conftest import write_jsonl
 from tests.test_trainer import tiny_export
-from trainer import export
+from serving import exports
 from trainer import predict
 
 MAX_TEXT_BYTES = 2000
@@ -136,7 +139,7 @@ def test_parquet_rows_match_the_schema_and_trainer_predict(scored_run,
   assert set(table.column(scored.MODEL_VERSION).to_pylist()) == {
       manifest['model_version']}
 
-  signature, metadata = export.load(str(trained[0]))
+  signature, metadata = exports.load(str(trained[0]))
   expected = {r['id']: p for r, p in zip(rows, predict.predict(
       signature, metadata['label_names'], [r['text'] for r in rows]))}
   stars = {r['id']: r['stars'] for r in rows}
@@ -185,7 +188,7 @@ def test_dataset_readers_see_only_the_scored_rows(scored_run):
 
 
 def test_export_carries_the_test_split_reference(trained):
-  _, metadata = export.load(str(trained[0]))
+  _, metadata = exports.load(str(trained[0]))
   reference = metadata[drift.REFERENCE]
   assert reference['documents'] == 200  # the test split
   assert sorted(reference['label_shares']) == ['neg', 'pos']
@@ -303,34 +306,24 @@ def test_multi_process_direct_runner_scores_the_same(scored_run, trained,
       '--direct_num_workers=2'))
   assert manifest['counts']['scored'] == len(rows)
   assert manifest['counts']['rejected_by_reason'] == BAD_REASONS
-  columns = [scored.ID, scored.LABEL, *scored.probability_columns(
-      manifest['label_names'])]
+  probabilities = scored.probability_columns(manifest['label_names'])
+  columns = [scored.ID, scored.LABEL, *probabilities]
   ours = read_partition(tmp_path / 'scores')[0].select(columns).sort_by(
       scored.ID)
   in_memory = read_partition(output_dir / 'dt=2026-11-21')[0].select(
       columns).sort_by(scored.ID)
-  assert ours.equals(in_memory)
-
-
-def test_score_documents_answers_every_record_once(trained):
-  model_dir, export_dir, _ = trained
-  # Three batches of 8: the last batch's answers come at the bundle's end.
-  texts = [r['text'] for r in synthetic_reviews(20, 8)]
-  signature, metadata = export.load(str(model_dir))
-  expected = [(t, p['label']) for t, p in zip(
-      texts, predict.predict(signature, metadata['label_names'], texts))]
-  with beam_pipeline() as pipeline:
-    labels = (pipeline
-              | beam.Create([{raw.ID: str(i), raw.TEXT: t}
-                             for i, t in enumerate(texts)])
-              | score.ScoreDocuments(str(export_dir), 8)
-              | beam.MapTuple(lambda record, scores: (
-                  record[raw.TEXT], scores[serving.LABEL])))
-    assert_that(labels, equal_to(expected))
+  assert ours.select([scored.ID, scored.LABEL]).equals(
+      in_memory.select([scored.ID, scored.LABEL]))
+  # Batched otherwise, documents are cut to other lengths: the same sums
+  # in another order.
+  for column in probabilities:
+    np.testing.assert_allclose(ours.column(column).to_numpy(),
+                               in_memory.column(column).to_numpy(),
+                               rtol=0, atol=1e-6)
 
 
 def test_length_grouped_model_gives_the_signatures_outputs(trained):
-  signature, metadata = export.load(str(trained[0]))
+  signature, metadata = exports.load(str(trained[0]))
   assert length_groups.supports(signature)
   # Cuts at 4, 5, ..., 20 and max_len 24, and calls of 3 rows on two
   # threads: the tests' documents fall into all of them, and most runs need
@@ -370,25 +363,18 @@ def test_an_export_without_the_token_id_signatures_is_served_as_it_is(
   folder = tiny_export(tmp_path / 'export', {'label_names': ['neg', 'pos']})
   model, _ = length_groups.load(str(folder))
   assert isinstance(model, length_groups.SignatureModel)
-  assert length_groups.load(str(folder))[0] is model  # loaded once
   assert model([b'any'] * 40)[serving.LABEL].tolist() == [b'pos'] * 40
 
 
 POISON = 'poison-pill'
 
 
-class PoisonedScoreBatches(score.ScoreBatches):
+class PoisonedHandler(inference.RawTextModelHandler):
   """The real model, made to raise on any batch that holds a document with
   the poison in its text: a document the model cannot take."""
 
   def load_model(self):
-    real_model = super().load_model()
-
-    def model(text):
-      if any(POISON.encode() in document for document in text):
-        raise ValueError('poisoned batch')
-      return real_model(text)
-    return model
+    return Poisoned(super().load_model(), POISON)
 
 
 def test_a_failing_batch_is_bisected_to_the_failing_document(
@@ -398,7 +384,7 @@ def test_a_failing_batch_is_bisected_to_the_failing_document(
   rows[13]['text'] += f' {POISON}'
   corpus = tmp_path / 'corpus.jsonl'
   write_jsonl(corpus, rows)
-  monkeypatch.setattr(score, 'ScoreBatches', PoisonedScoreBatches)
+  monkeypatch.setattr(inference, 'RawTextModelHandler', PoisonedHandler)
   # Four batches of 8, the poisoned one neither first nor last.
   manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
                                   '--batch_size=8'))
@@ -503,15 +489,15 @@ def test_true_label_kept_beside_the_prediction(trained, tmp_path):
 
 
 def test_partition_names_are_checked():
-  assert score.check_partition('dt=2026-11-21/') == 'dt=2026-11-21'
-  assert score.check_partition('dt=2026-11-21/hour=03') == (
+  assert settings_lib.check_partition('dt=2026-11-21/') == 'dt=2026-11-21'
+  assert settings_lib.check_partition('dt=2026-11-21/hour=03') == (
       'dt=2026-11-21/hour=03')
   for bad in ('', '..', 'dt=1/../x', '.hidden', '_tmp', 'dt=*', 'a//b', ' ',
               '\n', 'dt=1 ', 'dt=1\n', 'dt= 1', 'dt=1/\thour=2', '_rejected',
               '_manifest.json', '_SUCCESS', 'part-00000-of-00001.parquet',
               'dt=1/part-0'):
     with pytest.raises(ValueError):
-      score.check_partition(bad)
+      settings_lib.check_partition(bad)
 
 
 def test_kept_field_types_come_from_the_input(tmp_path):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import cli
+import cli
 from pipeline import preprocess
 from schemas import raw
 from schemas import serving
@@ -28,7 +28,7 @@ from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
 from trainer import data as data_lib
 from trainer import evaluate
-from trainer import export
+from serving import exports
 from trainer import model as model_lib
 from trainer import predict
 from trainer import train
@@ -66,7 +66,7 @@ def test_metrics_report_validation_and_test_and_the_selecting_split(trained):
   on_disk = json.loads((model_dir / evaluate.METRICS_FILE).read_text())
   assert on_disk == metrics
   assert metrics['selected_on'] == raw.VALIDATION
-  _, metadata = export.load(str(model_dir))
+  _, metadata = exports.load(str(model_dir))
   written = metadata['data_stats']['records']['written']
   for split in raw.HELD_OUT:
     section = metrics[split]
@@ -90,9 +90,9 @@ def test_metrics_report_validation_and_test_and_the_selecting_split(trained):
 
 def test_export_takes_raw_text_without_the_preprocessing_output(trained):
   model_dir, export_dir, _ = trained
-  assert export.resolve(str(model_dir)) == export_dir
+  assert exports.resolve(str(model_dir)) == export_dir
   assert export_dir.split('/')[-1].isdigit()
-  signature, metadata = export.load(str(model_dir))
+  signature, metadata = exports.load(str(model_dir))
   outputs = signature(text=np.array([b'superb wonderful film', b'dull waste',
                                      b'', 'caf\u00e9 \u2014'.encode()]))
   labels = [label.decode() for label in outputs[serving.LABEL].numpy()]
@@ -112,7 +112,7 @@ def test_export_takes_raw_text_without_the_preprocessing_output(trained):
 def test_predict_cli_matches_the_signature(trained):
   model_dir, _, _ = trained
   texts = ['superb wonderful film', 'dull waste of a plot']
-  signature, metadata = export.load(str(model_dir))
+  signature, metadata = exports.load(str(model_dir))
   direct = predict.predict(signature, metadata['label_names'], texts)
   result = run_module('trainer.predict', f'--model_dir={model_dir}', '--json',
                       *texts)
@@ -182,7 +182,7 @@ def test_nan_loss_is_a_job_error_and_nothing_is_exported(preprocessed,
     # A learning rate this large makes the weights overflow at once.
     train.run([f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model',
                '--learning_rate=1e30', *TINY_MODEL])
-  assert not (tmp_path / 'model' / export.EXPORT_DIR).exists()
+  assert not (tmp_path / 'model' / serving.EXPORT_DIR).exists()
 
 
 @pytest.mark.parametrize('make_rows, validation_fraction, message', [
@@ -223,18 +223,18 @@ def tiny_export(folder, metadata):
   tf.saved_model.save(module, str(folder),
                       signatures={serving.SIGNATURE: module.classify})
   (folder / 'assets.extra').mkdir()
-  (folder / export.METADATA_FILE).write_text(json.dumps(metadata))
+  (folder / serving.METADATA_FILE).write_text(json.dumps(metadata))
   return folder
 
 
 def fake_version(model_dir, version, saved_model=True, metadata=True):
-  folder = model_dir / export.EXPORT_DIR / str(version)
+  folder = model_dir / serving.EXPORT_DIR / str(version)
   folder.mkdir(parents=True)
   if saved_model:
     (folder / 'saved_model.pb').write_bytes(b'')
   if metadata:
     (folder / 'assets.extra').mkdir()
-    (folder / export.METADATA_FILE).write_text('{}')
+    (folder / serving.METADATA_FILE).write_text('{}')
   return folder
 
 
@@ -246,19 +246,19 @@ def test_resolve_skips_incomplete_newer_versions_with_a_warning(tmp_path,
                 fake_version(tmp_path, 300, metadata=False),
                 fake_version(tmp_path, 400, saved_model=False)]
   with caplog.at_level(logging.WARNING):
-    assert export.resolve(str(tmp_path)) == str(complete)
+    assert exports.resolve(str(tmp_path)) == str(complete)
   for folder in incomplete:
     assert str(folder) in caplog.text
-  shutil.rmtree(tmp_path / export.EXPORT_DIR / '50')
+  shutil.rmtree(tmp_path / serving.EXPORT_DIR / '50')
   shutil.rmtree(complete)
-  with pytest.raises(export.ExportError, match='no exported model'):
-    export.resolve(str(tmp_path))
+  with pytest.raises(exports.ExportError, match='no exported model'):
+    exports.resolve(str(tmp_path))
 
 
 def test_metadata_without_label_names_is_an_export_error(tmp_path):
-  tiny_export(tmp_path / export.EXPORT_DIR / '1', {'version': 1})
-  with pytest.raises(export.ExportError, match='label_names'):
-    export.load(str(tmp_path))
+  tiny_export(tmp_path / serving.EXPORT_DIR / '1', {'version': 1})
+  with pytest.raises(exports.ExportError, match='label_names'):
+    exports.load(str(tmp_path))
   with pytest.raises(cli.JobError, match='label_names'):
     predict.run([f'--model_dir={tmp_path}', 'some text'])
 
@@ -266,7 +266,7 @@ def test_metadata_without_label_names_is_an_export_error(tmp_path):
 def test_predict_prints_no_cuda_lines_on_a_machine_without_a_gpu(tmp_path):
   if glob.glob('/dev/nvidia[0-9]*'):
     pytest.skip('a GPU is present, and lines about CUDA may matter')
-  tiny_export(tmp_path / export.EXPORT_DIR / '1',
+  tiny_export(tmp_path / serving.EXPORT_DIR / '1',
               {'version': 1, 'label_names': ['neg', 'pos']})
   env = {name: value for name, value in os.environ.items()
          if name != 'TF_CPP_MIN_LOG_LEVEL'}
@@ -585,7 +585,7 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
       '--learning_rate=0.005', '--seed=3', '--decay', '--warmup_fraction=0.25',
       '--weight_decay=0.01', '--clipnorm=1', '--monitor=val_accuracy',
       '--bucket_width=32'])
-  _, metadata = export.load(export_dir)
+  _, metadata = exports.load(export_dir)
   flags = {'decay': True, 'warmup_fraction': 0.25, 'weight_decay': 0.01,
            'clipnorm': 1.0, 'monitor': 'val_accuracy', 'bucket_width': 32}
   assert {name: metadata['training'][name] for name in flags} == flags

@@ -18,13 +18,13 @@ from matplotlib import ticker  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
 
-from pipeline import drift  # pylint: disable=wrong-import-position
+from serving import drift  # pylint: disable=wrong-import-position
 from schemas import raw  # pylint: disable=wrong-import-position
 from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
 from trainer import calibration  # pylint: disable=wrong-import-position
 from trainer import data as data_lib  # pylint: disable=wrong-import-position
-from trainer import export  # pylint: disable=wrong-import-position
+from serving import exports  # pylint: disable=wrong-import-position
 
 METRICS_FILE = 'metrics.json'
 REPORT_FILE = 'report.md'
@@ -202,7 +202,7 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData,
              model_dir: str) -> Dict:
   """Serves the export over validation, then test, once; writes and returns
   the metrics of both."""
-  signature, metadata = export.load(export_dir)
+  signature, metadata = exports.load(export_dir)
   metrics = {'selected_on': SELECTED_ON}
   served = {}
   for split in raw.HELD_OUT:
@@ -215,7 +215,7 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData,
         if split == raw.TEST else None)
   # What the scoring job measures each partition's drift against: the
   # predictions on data the model never learned from nor was chosen on.
-  export.add_metadata(export_dir, {drift.REFERENCE: drift.reference(
+  exports.add_metadata(export_dir, {drift.REFERENCE: drift.reference(
       data.label_names, served[raw.TEST])})
   write_report(model_dir, metrics, metadata)
   return metrics

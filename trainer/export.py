@@ -7,26 +7,18 @@ caller that batches documents by length, ``schemas.serving``). The TFT transform
 graph is inside it, so serving tokenizes exactly as training did and the
 export keeps working after the preprocessing output is deleted. Metadata
 (version, label names, parameters, data stats, and once evaluated the test
-split's prediction distribution, ``reference``) is saved beside the graph in
-``assets.extra/metadata.json``.
+split's prediction distribution, ``reference``) is saved beside the graph
+(``schemas.serving.METADATA_FILE``); ``serving.exports`` finds and loads it.
 """
-import json
-import logging
 import posixpath
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 import tensorflow as tf
 
 from schemas import serving
 from schemas import transformed
-
-EXPORT_DIR = 'export'
-METADATA_FILE = posixpath.join('assets.extra', 'metadata.json')
-
-
-class ExportError(Exception):
-  """No usable export where one was expected."""
+from serving import exports
 
 
 class RawTextClassifier(tf.Module):
@@ -82,7 +74,7 @@ def export(model, tft_output, label_names: List[str], model_dir: str,
   a server polling ``export/`` never loads a half-written version.
   """
   version = int(time.time())
-  export_root = posixpath.join(model_dir, EXPORT_DIR)
+  export_root = posixpath.join(model_dir, serving.EXPORT_DIR)
   while tf.io.gfile.exists(posixpath.join(export_root, str(version))):
     version += 1
   final = posixpath.join(export_root, str(version))
@@ -94,72 +86,7 @@ def export(model, tft_output, label_names: List[str], model_dir: str,
                           serving.TOKENIZE: module.tokenize,
                           serving.CLASSIFY_TOKEN_IDS: module.classify_token_ids,
                       })
-  metadata = {**metadata, 'version': version, 'label_names': label_names}
-  tf.io.gfile.makedirs(posixpath.join(staging, 'assets.extra'))
-  with tf.io.gfile.GFile(posixpath.join(staging, METADATA_FILE), 'w') as out:
-    json.dump(metadata, out, indent=2, sort_keys=True)
+  exports.write_metadata(staging, {**metadata, 'version': version,
+                                    'label_names': label_names})
   tf.io.gfile.rename(staging, final)
   return final
-
-
-def _missing_files(folder: str) -> List[str]:
-  return [name for name in ('saved_model.pb', METADATA_FILE)
-          if not tf.io.gfile.exists(posixpath.join(folder, name))]
-
-
-def add_metadata(export_dir: str, sections: Dict) -> None:
-  """Adds ``sections`` to an export's metadata, such as what its evaluation
-  found; the file is replaced by a rename, never seen half-written."""
-  path = posixpath.join(export_dir, METADATA_FILE)
-  with tf.io.gfile.GFile(path) as handle:
-    metadata = json.load(handle)
-  metadata.update(sections)
-  with tf.io.gfile.GFile(path + '.tmp', 'w') as out:
-    json.dump(metadata, out, indent=2, sort_keys=True)
-  tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
-
-
-def resolve(model_dir: str) -> str:
-  """The export folder: ``model_dir`` itself, or its newest complete version.
-
-  A newer version without its graph or its metadata (a copy cut short, a
-  version being deleted) is skipped with a warning, so that a job goes on
-  with the newest model it can load.
-  """
-  if tf.io.gfile.exists(posixpath.join(model_dir, 'saved_model.pb')):
-    return model_dir
-  root = posixpath.join(model_dir, EXPORT_DIR)
-  versions = sorted(
-      (int(name.rstrip('/')) for name in (
-          tf.io.gfile.listdir(root) if tf.io.gfile.isdir(root) else [])
-       if name.rstrip('/').isdigit()), reverse=True)
-  for version in versions:
-    folder = posixpath.join(root, str(version))
-    missing = _missing_files(folder)
-    if not missing:
-      return folder
-    logging.warning('skipping the incomplete export %s: no %s', folder,
-                    ' or '.join(missing))
-  raise ExportError(f'no exported model in {model_dir} (expected '
-                    f'saved_model.pb, or {EXPORT_DIR}/<version>/ with '
-                    f'saved_model.pb and {METADATA_FILE})')
-
-
-def load(model_dir: str) -> Tuple[object, Dict]:
-  """The serving signature and metadata of the export ``model_dir`` names."""
-  path = resolve(model_dir)
-  try:
-    loaded = tf.saved_model.load(path)
-    with tf.io.gfile.GFile(posixpath.join(path, METADATA_FILE)) as handle:
-      metadata = json.load(handle)
-  except Exception as error:  # pylint: disable=broad-except
-    raise ExportError(f'cannot load the model in {path}: {error}') from error
-  names = metadata.get('label_names') if isinstance(metadata, dict) else None
-  if not (isinstance(names, list) and names and
-          all(isinstance(name, str) for name in names)):
-    raise ExportError(f'{posixpath.join(path, METADATA_FILE)} has no '
-                      'label_names (a list of the class names)')
-  signature = loaded.signatures[serving.SIGNATURE]
-  # Keep the loaded object alive as long as its signature is used.
-  signature.loaded_object = loaded
-  return signature, metadata

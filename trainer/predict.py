@@ -7,15 +7,15 @@ Prints one line a text: the predicted label, its confidence and the
 probability of every class (``--json`` for one JSON object a line).
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
-from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
+from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
 import argparse
 import json
 import sys
 from typing import Dict, List
 
-from pipeline import cli
+import cli
 from schemas import serving
-from trainer import export
+from serving import exports
 
 
 def predict(signature, label_names: List[str],
@@ -47,8 +47,8 @@ def run(argv=None):
   if not texts:
     raise cli.JobError('no text given')
   try:
-    signature, metadata = export.load(args.model_dir)
-  except export.ExportError as error:
+    signature, metadata = exports.load(args.model_dir)
+  except exports.ExportError as error:
     raise cli.JobError(str(error)) from error
   for result in predict(signature, metadata['label_names'], texts):
     if args.json:

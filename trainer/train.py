@@ -16,7 +16,7 @@ branch weights. Exports a raw-text SavedModel and evaluates that export on
 validation and, once, on test into metrics.json and a report with plots.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
-from pipeline import quiet  # pylint: disable=unused-import,g-bad-import-order
+from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
 import argparse
 import dataclasses
 import logging
@@ -28,7 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from pipeline import cli
+import cli
 from schemas import raw
 from trainer import calibration
 from trainer import data as data_lib

@@ -1,0 +1,202 @@
+"""A staging folder that replaces an output folder whole when published."""
+import logging
+import os
+import posixpath
+import re
+import time
+import uuid
+from typing import Callable
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.outputs import files
+from pipeline.outputs import swap
+from pipeline.outputs.policy import OutputError
+
+# The marker a finished output carries (the Hadoop convention): on object
+# stores, where a folder cannot be replaced in one step, it goes last.
+SUCCESS_MARKER = '_SUCCESS'
+# A run killed with SIGKILL (which cannot be handled) leaves its staging
+# folder behind; the next run of the same output removes it once no file in
+# it has changed for this long.
+STALE_SECONDS = 24 * 3600
+# Names the staging folders of an output without partitions; a partition
+# name never starts with ``_``.
+_UNPARTITIONED = '_output'
+
+
+def mark_finished(folder: str) -> None:
+  """Writes the success marker in ``folder``. Not empty: Beam's S3
+  filesystem cannot write an empty file (a multipart upload of no part)."""
+  with FileSystems.create(posixpath.join(folder, SUCCESS_MARKER)) as handle:
+    handle.write(b'\n')
+
+
+def staging_root(root: str) -> str:
+  """The folder of the staging folders of output root ``root``: its hidden
+  sibling ``.<name>.staging``, on the same file system, so that publishing
+  is a rename, and where no reader of the output root can reach them,
+  however it globs."""
+  parent, name = posixpath.split(files.resolved(root))
+  return posixpath.join(parent, f'.{name}.staging')
+
+
+def _device(path: str) -> int:
+  return os.stat(path).st_dev
+
+
+class StagedOutput:
+  """A staging folder that replaces the output folder whole when published.
+
+  Used as a context manager::
+
+      with StagedOutput(root, partition='dt=1',
+                        publishes=layout.publishes) as output:
+        ...write under output.staging_dir...
+        output.publish()
+
+  The output folder is ``root``, or ``root/partition``. Entering removes
+  this output's staging folders left by killed runs and creates the staging
+  folder (an OutputError where it cannot). Leaving without having
+  published, whatever the reason, removes the staging folder, so nothing
+  half-written ever remains. Publishing moves the files ``publishes``
+  accepts (by their path relative to the staging folder) into place.
+
+  On a local disk the replacement is one atomic swap of folders: a reader
+  sees the old output or the new one, never a mix and never neither. On an
+  object store, files are moved one by one: the old success marker goes
+  first and the new one last, so readers that wait for it see whole outputs.
+  """
+
+  def __init__(self, root: str, *, partition: str = '',
+               publishes: Callable[[str], bool] = lambda relative: True):
+    self.root = files.resolved(root)
+    self.final_dir = posixpath.join(self.root, partition) if partition else (
+        self.root)
+    self._publishes = publishes
+    self._staging_root = staging_root(self.root)
+    self._name = partition.replace('/', '~') if partition else _UNPARTITIONED
+    self.staging_dir = posixpath.join(
+        self._staging_root, f'{self._name}-{uuid.uuid4().hex[:12]}')
+    self._published = False
+
+  def __enter__(self) -> 'StagedOutput':
+    try:
+      self._sweep_stale()
+      self._create()
+    except OutputError:
+      self.discard()
+      raise
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    if not self._published:
+      self.discard()
+
+  def _sweep_stale(self) -> None:
+    """Removes this output's staging folders in which nothing has changed
+    for STALE_SECONDS: those of killed runs."""
+    own = re.compile(re.escape(self._name) + r'-[0-9a-f]{12}')
+    changed = {}
+    for metadata in files.files(self._staging_root):
+      folder = files.relative(metadata, self._staging_root).split('/')[0]
+      # A file system that gives no time makes the folder look fresh.
+      changed[folder] = max(changed.get(folder, 0),
+                            metadata.last_updated_in_seconds or time.time())
+    if files.is_local(self._staging_root) and os.path.isdir(
+        self._staging_root):
+      for folder in os.listdir(self._staging_root):  # empty ones too
+        changed[folder] = max(changed.get(folder, 0), os.path.getmtime(
+            posixpath.join(self._staging_root, folder)))
+    for folder, when in changed.items():
+      if own.fullmatch(folder) and when < time.time() - STALE_SECONDS:
+        logging.info('removing %s, left by a run killed %.0f hours ago',
+                     folder, (time.time() - when) / 3600)
+        files.delete_tree(posixpath.join(self._staging_root, folder))
+
+  def _create(self) -> None:
+    """Creates the staging folder, proving the location writable and, on a
+    local disk, on the output's file system, so that publishing is a
+    rename."""
+    try:
+      FileSystems.mkdirs(self.staging_dir)
+      probe = FileSystems.join(self.staging_dir, '.probe')
+      with FileSystems.create(probe) as handle:
+        handle.write(b'probe')
+      FileSystems.delete([probe])
+    except Exception as error:  # pylint: disable=broad-except
+      raise OutputError(
+          f'cannot write to {self.final_dir}: {error}') from error
+    if (files.is_local(self.root) and os.path.isdir(self.root) and
+        _device(self.root) != _device(self._staging_root)):
+      raise OutputError(
+          f'{self.root} is a mount point: its staging folders, in '
+          f'{self._staging_root}, would be on another file system; use a '
+          'folder inside it as --output_dir')
+
+  def publish(self) -> None:
+    """Moves the staged output into place, replacing any previous one."""
+    self._remove_strays()
+    if files.is_local(self.final_dir):
+      self._publish_local()
+    else:
+      self._publish_by_files()
+    self._published = True
+    self._remove_empty_staging_root()
+
+  def _remove_strays(self) -> None:
+    """Removes what the job did not write as output from the staging
+    folder."""
+    strays = [m.path for m in files.files(self.staging_dir) if not
+              self._publishes(files.relative(m, self.staging_dir))]
+    if strays:
+      logging.info('not publishing %d files that are no output, such as %s',
+                   len(strays), strays[0])
+      FileSystems.delete(strays)
+    if files.is_local(self.staging_dir):
+      files.remove_empty_folders(self.staging_dir)
+
+  def _publish_local(self):
+    if not os.path.lexists(self.final_dir):
+      os.makedirs(os.path.dirname(self.final_dir), exist_ok=True)
+      os.rename(self.staging_dir, self.final_dir)
+      return
+    if not swap.exchange(self.staging_dir, self.final_dir):
+      # A file system without the swap: the old output is moved aside, for
+      # the moment between two renames.
+      aside = self.staging_dir + '.old'
+      os.rename(self.final_dir, aside)
+      os.rename(self.staging_dir, self.final_dir)
+      os.rename(aside, self.staging_dir)
+    # The staging folder now holds the previous output.
+    files.delete_tree(self.staging_dir)
+
+  def _publish_by_files(self):
+    def markers_and_others(paths):
+      markers = [p for p in paths if posixpath.basename(p) == SUCCESS_MARKER]
+      return markers, [p for p in paths if p not in markers]
+
+    old = [m.path for m in files.files(self.final_dir)]
+    for batch in markers_and_others(old):
+      if batch:
+        FileSystems.delete(batch)
+    staged = [m.path for m in files.files(self.staging_dir)]
+    for batch in reversed(markers_and_others(staged)):
+      if batch:
+        FileSystems.rename(batch, [self.final_dir + p[len(self.staging_dir):]
+                                   for p in batch])
+    files.delete_tree(self.staging_dir)
+
+  def _remove_empty_staging_root(self):
+    if files.is_local(self._staging_root):
+      try:
+        os.rmdir(self._staging_root)
+      except OSError:  # not empty: another run is staging beside this one
+        pass
+
+  def discard(self) -> None:
+    try:
+      files.delete_tree(self.staging_dir)
+      self._remove_empty_staging_root()
+    except Exception:  # pylint: disable=broad-except
+      logging.warning('could not remove %s', self.staging_dir, exc_info=True)

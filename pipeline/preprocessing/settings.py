@@ -1,0 +1,60 @@
+"""The preprocessing job's flags, checked before anything runs, as
+``Settings``."""
+import dataclasses
+from typing import Optional
+
+import cli
+from pipeline import readers
+from pipeline import transform
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The job's checked flags."""
+  pattern: str
+  read_config: readers.ReadConfig
+  params: transform.TransformParams
+  test_fraction: Optional[float]  # None: splits come from the data
+  validation_fraction: float
+
+
+# Formats read one document a file, whose train/test/... folder names its
+# split (readers.read_document).
+_SPLIT_FOLDER_FORMATS = ('files', 'email')
+
+
+def check_fractions(args, fmt: str) -> None:
+  """ValueError unless --test_fraction and --validation_fraction are in
+  [0, 1), and 0 only where the data can name such records: else that split
+  would be empty, and the trainer needs both."""
+  for flag in ('test_fraction', 'validation_fraction'):
+    fraction = getattr(args, flag)
+    if not 0.0 <= fraction < 1.0:
+      raise ValueError(f'--{flag} must be in [0, 1)')
+    if not (fraction or args.split_field or fmt in _SPLIT_FOLDER_FORMATS):
+      raise ValueError(
+          f'--{flag}=0 leaves the {flag.split("_")[0]} split empty: give a '
+          'share in (0, 1), or take the splits from the data (--split_field, '
+          'or train/, validation/ and test/ folders of a folder input)')
+
+
+def settings_from_args(args) -> Settings:
+  """The flags checked before anything runs; a JobError names a bad one."""
+  try:
+    pattern, fmt = readers.resolve_input(args.input, args.format)
+    check_fractions(args, fmt)
+    config = readers.read_config_from_args(
+        args, format=fmt, label_field=args.label_field or None,
+        split_field=args.split_field)
+    params = transform.TransformParams(
+        vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+        max_len=args.max_len, max_token_chars=args.max_token_chars,
+        truncation=args.truncation,
+        keep_punctuation=not args.drop_punctuation)
+  except ValueError as error:  # ReaderError is one
+    raise cli.JobError(str(error)) from error
+  return Settings(pattern, config, params,
+                  None if args.split_field else args.test_fraction,
+                  args.validation_fraction)
+
+

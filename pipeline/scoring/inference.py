@@ -1,0 +1,156 @@
+"""The scoring job's model step: Beam's RunInference with a handler of ours.
+
+``RawTextModelHandler`` is a ``ModelHandler`` of raw records: RunInference
+batches them (``batch_elements_kwargs``), loads the model once a process
+through Beam's ``Shared`` handle, reports Beam's standard inference metrics
+(``num_inferences``, ``inference_request_batch_size``,
+``inference_batch_latency_micro_secs``, ``load_model_latency_milli_secs``,
+``model_byte_size``, ``failed_batches_counter``) and follows a model path
+given as a side input (``update_model_path``). The model is
+``serving.length_groups``': the export's raw-text signature in small
+length-grouped XLA calls.
+
+A document the model raises on (a poison document) is isolated by scoring
+the halves of its batch, down to single documents: it alone is answered
+with ``InferenceFailed``, and the job rejects it. A model that fails on
+more documents of one batch than ``MAX_ISOLATED`` is broken, not fed a
+poison document: the batch raises ``ModelFailed`` and the job stops. That
+also bounds what bisection costs.
+"""
+import datetime
+import logging
+import os
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
+
+from apache_beam.ml.inference import base
+
+from schemas import raw
+from schemas import serving
+from serving import exports
+from serving import length_groups
+
+# Documents of one batch the model may fail on alone before the batch, and
+# so the job, fails instead.
+MAX_ISOLATED = 8
+# What a ModelFailed says first, so that the launcher finds it in whatever
+# a runner makes of a worker's exception.
+MODEL_FAILED = 'the model failed on'
+
+
+class _WithoutMissingResourceNotice(logging.Filter):
+  """Drops Beam's warning that the ``resource`` module is missing, which it
+  logs twice a model load where it is not: Beam 2.77 imports ``resource``
+  and its ``ModelManager`` (which needs PyTorch) in one ``try``, so without
+  PyTorch ``resource`` counts as missing and ``model_byte_size`` stays 0."""
+
+  def filter(self, record):
+    return 'Resource module is not available' not in record.getMessage()
+
+
+# Beam logs it through the root logger.
+_BEAM_INFERENCE_LOGGER = logging.getLogger()
+
+
+class ModelFailed(RuntimeError):
+  """The model failed on a whole batch, beyond what a poison document
+  explains."""
+
+
+class InferenceFailed(NamedTuple):
+  """The inference of a document the model raised on alone."""
+  error: str
+
+
+class Scores(NamedTuple):
+  """The inference of a scored document: the signature's outputs."""
+  label: str
+  confidence: float
+  probabilities: List[float]
+  scored_at: datetime.datetime
+
+
+def _model_answers(model, texts: Sequence[bytes]) -> List[Scores]:
+  outputs = model(texts)
+  scored_at = datetime.datetime.now(datetime.timezone.utc)
+  labels = outputs[serving.LABEL]
+  confidences = outputs[serving.CONFIDENCE].tolist()
+  probabilities = outputs[serving.PROBABILITIES].tolist()
+  return [Scores(labels[i].decode('utf-8'), confidences[i], probabilities[i],
+                 scored_at) for i in range(len(texts))]
+
+
+class _Isolation:
+  """Scores a batch, bisecting it around the documents the model raises
+  on, until more than ``limit`` of them failed alone."""
+
+  def __init__(self, model, limit: int):
+    self._model = model
+    self._limit = limit
+    self.failed = 0
+
+  def answers(self, texts: Sequence[bytes]) -> List[Any]:
+    try:
+      return _model_answers(self._model, texts)
+    except Exception as error:  # pylint: disable=broad-except
+      if len(texts) > 1:
+        middle = len(texts) // 2
+        return self.answers(texts[:middle]) + self.answers(texts[middle:])
+      self.failed += 1
+      if self.failed > self._limit:
+        raise ModelFailed(
+            f'{MODEL_FAILED} {self.failed} documents of a batch, each alone '
+            f'(more than the {self._limit} a poison document explains): '
+            f'{type(error).__name__}: {error}') from error
+      return [InferenceFailed(f'{type(error).__name__}: {error}')]
+
+
+class RawTextModelHandler(base.ModelHandler[Dict, base.PredictionResult,
+                                            length_groups.SmallCalls]):
+  """Raw records (``schemas.raw``) in, a PredictionResult each out, whose
+  inference is ``Scores`` or ``InferenceFailed``."""
+
+  def __init__(self, export_dir: str, batch_size: int, threads: int = 0,
+               max_isolated: int = MAX_ISOLATED):
+    # XLA_FLAGS as Beam sets environment variables for a model: in the
+    # worker, before the model loads; a user's own XLA_FLAGS win.
+    env_vars = ({} if 'XLA_FLAGS' in os.environ else
+                {'XLA_FLAGS': length_groups.XLA_FLAGS})
+    super().__init__(min_batch_size=batch_size, max_batch_size=batch_size,
+                     env_vars=env_vars)
+    self._export_dir = export_dir
+    self._threads = threads
+    self._max_isolated = max_isolated
+
+  def set_environment_vars(self):
+    """Beam calls this in each worker before it loads the model."""
+    super().set_environment_vars()
+    if not any(isinstance(f, _WithoutMissingResourceNotice)
+               for f in _BEAM_INFERENCE_LOGGER.filters):
+      _BEAM_INFERENCE_LOGGER.addFilter(_WithoutMissingResourceNotice())
+
+  def load_model(self) -> length_groups.SmallCalls:
+    model, _ = length_groups.load(self._export_dir, self._threads)
+    return model
+
+  def update_model_path(self, model_path: Optional[str] = None):
+    """A model folder or export given as a side input (RunInference's
+    ``model_metadata_pcoll``): its newest complete version is loaded."""
+    if model_path:
+      self._export_dir = exports.resolve(model_path)
+
+  def run_inference(self, batch: Sequence[Dict], model,
+                    inference_args=None) -> Iterable[base.PredictionResult]:
+    del inference_args  # the signature takes none
+    isolation = _Isolation(model, self._max_isolated)
+    answers = isolation.answers([record[raw.TEXT].encode('utf-8')
+                                 for record in batch])
+    return [base.PredictionResult(record, answer)
+            for record, answer in zip(batch, answers)]
+
+  def get_num_bytes(self, batch: Sequence[Dict]) -> int:
+    """The text's characters: what the model reads (Beam's default pickles
+    the whole batch to measure it)."""
+    return sum(len(record[raw.TEXT]) for record in batch)
+
+  def __repr__(self):
+    return f'RawTextModelHandler({self._export_dir!r})'

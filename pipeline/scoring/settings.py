@@ -1,0 +1,129 @@
+"""The scoring job's flags, checked before anything runs, as ``Settings``."""
+import dataclasses
+import re
+from typing import Dict, Tuple
+
+import pyarrow as pa
+
+import cli
+from pipeline import readers
+from pipeline.scoring import kept_fields
+from schemas import scored
+from serving import drift
+from serving import exports
+
+
+def check_partition(partition: str) -> str:
+  """The partition as a relative path; ValueError when it is not a safe one:
+  empty (which would be the whole output), leaving the output, hidden from
+  readers, unprintable, or named like the files of a partition."""
+  segments = partition.strip('/').split('/')
+  for segment in segments:
+    if (segment in ('', '.', '..') or segment[0] in '._' or
+        segment.startswith(scored.FILE_PREFIX + '-') or
+        not segment.isprintable() or re.search(r'[\s*?\[\]\\]', segment)):
+      raise ValueError(
+          f'bad --partition {partition!r}: use folder names such as '
+          'dt=2026-11-21 (no spaces or wildcards, none starting with . or _ '
+          f'or {scored.FILE_PREFIX}-)')
+  return '/'.join(segments)
+
+
+# Kept fields: (input field, output column) pairs.
+KeptColumns = Tuple[Tuple[str, str], ...]
+# The column suggested for a kept field that clashes with an output column.
+_RENAMES = {scored.LABEL: 'true_label'}
+
+
+def parse_keep_fields(spec: str) -> KeptColumns:
+  """``--keep_fields`` as (input field, output column) pairs: ``field`` keeps
+  a field under its name, ``field:column`` under another; ValueError when an
+  item or the columns are malformed."""
+  pairs = []
+  for item in filter(None, (item.strip() for item in spec.split(','))):
+    field, colon, column = (part.strip() for part in item.partition(':'))
+    if not field or (colon and not column):
+      raise ValueError(f'bad --keep_fields item {item!r}: use field or '
+                       'field:column')
+    pairs.append((field, column or field))
+  columns = [column for _, column in pairs]
+  doubled = sorted({column for column in columns if columns.count(column) > 1})
+  if doubled:
+    raise ValueError(f'--keep_fields: two kept fields named {doubled[0]!r}')
+  return tuple(pairs)
+
+
+def check_kept_columns(kept: KeptColumns, label_names) -> None:
+  """ValueError, suggesting a rename, for a kept field that would take the
+  name of a column the job writes."""
+  taken = set(scored.output_columns(label_names))
+  for field, column in kept:
+    if column in taken:
+      rename = _RENAMES.get(column, f'input_{column}')
+      raise ValueError(
+          f'kept field {column!r} has the name of an output column; keep it '
+          f'under another name: use --keep_fields={field}:{rename}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The job's checked flags and what they lead to."""
+  output_dir: str
+  partition: str         # '' for none
+  pattern: str
+  read_config: readers.ReadConfig
+  kept: KeptColumns      # --keep_fields
+  kept_schema: pa.Schema  # their output columns, with the input's types
+  export_dir: str
+  metadata: Dict         # the export's metadata.json
+  batch_size: int
+  codec: str
+
+  @property
+  def label_names(self):
+    return self.metadata['label_names']
+
+  @property
+  def confidence_edges(self):
+    """The reference's confidence bins, the default ones without it."""
+    reference = self.metadata.get(drift.REFERENCE)
+    return (reference['confidence_histogram']['edges'] if reference
+            else drift.CONFIDENCE_EDGES)
+
+  @property
+  def kept_types(self):
+    """(input field, Arrow type) of each kept field."""
+    return [(field, arrow_field.type) for (field, _), arrow_field in zip(
+        self.kept, self.kept_schema)]
+
+
+def settings_from_args(args) -> Settings:
+  """The flags checked and the model loaded before anything runs; a
+  JobError names what is wrong."""
+  try:
+    if args.batch_size < 1:
+      raise ValueError('--batch_size must be at least 1')
+    partition = ('' if args.partition is None else
+                 check_partition(args.partition))
+    kept = parse_keep_fields(args.keep_fields)
+    pattern, fmt = readers.resolve_input(args.input, args.format)
+    config = readers.read_config_from_args(
+        args, format=fmt, label_field=None,
+        keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
+    export_dir = exports.resolve(args.model_dir)
+    # Loaded here to fail before the pipeline on an export that cannot be.
+    _, metadata = exports.load(export_dir)
+    check_kept_columns(kept, metadata['label_names'])
+    by_field = kept_fields.schema(pattern, config)
+    kept_schema = pa.schema([by_field.field(field).with_name(column)
+                             for field, column in kept])
+    # Fails here, before the pipeline, on labels that would give clashing
+    # Parquet columns.
+    scored.arrow_schema(metadata['label_names'], kept_schema)
+  except (ValueError, exports.ExportError) as error:  # ReaderError is one
+    raise cli.JobError(str(error)) from error
+  return Settings(args.output_dir, partition, pattern, config, kept,
+                  kept_schema, export_dir, metadata, args.batch_size,
+                  args.parquet_codec)
+
+

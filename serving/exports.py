@@ -1,0 +1,89 @@
+"""Finding and loading the trainer's export (``schemas.serving``).
+
+An export is ``<model_dir>/export/<version>/``: a SavedModel whose
+``serving_default`` takes raw text, and its metadata. A job names either the
+model folder, and gets its newest complete version, or one version folder.
+"""
+import json
+import logging
+import posixpath
+from typing import Dict, List, Tuple
+
+import tensorflow as tf
+
+from schemas import serving
+
+
+class ExportError(Exception):
+  """No usable export where one was expected."""
+
+
+def _missing_files(folder: str) -> List[str]:
+  return [name for name in ('saved_model.pb', serving.METADATA_FILE)
+          if not tf.io.gfile.exists(posixpath.join(folder, name))]
+
+
+def read_metadata(export_dir: str) -> Dict:
+  with tf.io.gfile.GFile(posixpath.join(export_dir,
+                                        serving.METADATA_FILE)) as handle:
+    return json.load(handle)
+
+
+def write_metadata(export_dir: str, metadata: Dict) -> None:
+  """Replaces an export's metadata by a rename: never seen half-written."""
+  path = posixpath.join(export_dir, serving.METADATA_FILE)
+  tf.io.gfile.makedirs(posixpath.dirname(path))
+  with tf.io.gfile.GFile(path + '.tmp', 'w') as out:
+    json.dump(metadata, out, indent=2, sort_keys=True)
+  tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
+
+
+def resolve(model_dir: str) -> str:
+  """The export folder: ``model_dir`` itself, or its newest complete version.
+
+  A newer version without its graph or its metadata (a copy cut short, a
+  version being deleted) is skipped with a warning, so that a job goes on
+  with the newest model it can load.
+  """
+  if tf.io.gfile.exists(posixpath.join(model_dir, 'saved_model.pb')):
+    return model_dir
+  root = posixpath.join(model_dir, serving.EXPORT_DIR)
+  versions = sorted(
+      (int(name.rstrip('/')) for name in (
+          tf.io.gfile.listdir(root) if tf.io.gfile.isdir(root) else [])
+       if name.rstrip('/').isdigit()), reverse=True)
+  for version in versions:
+    folder = posixpath.join(root, str(version))
+    missing = _missing_files(folder)
+    if not missing:
+      return folder
+    logging.warning('skipping the incomplete export %s: no %s', folder,
+                    ' or '.join(missing))
+  raise ExportError(f'no exported model in {model_dir} (expected '
+                    f'saved_model.pb, or {serving.EXPORT_DIR}/<version>/ '
+                    f'with saved_model.pb and {serving.METADATA_FILE})')
+
+
+def load(model_dir: str) -> Tuple[object, Dict]:
+  """The serving signature and metadata of the export ``model_dir`` names."""
+  path = resolve(model_dir)
+  try:
+    loaded = tf.saved_model.load(path)
+    metadata = read_metadata(path)
+  except Exception as error:  # pylint: disable=broad-except
+    raise ExportError(f'cannot load the model in {path}: {error}') from error
+  names = metadata.get('label_names') if isinstance(metadata, dict) else None
+  if not (isinstance(names, list) and names and
+          all(isinstance(name, str) for name in names)):
+    raise ExportError(f'{posixpath.join(path, serving.METADATA_FILE)} has no '
+                      'label_names (a list of the class names)')
+  signature = loaded.signatures[serving.SIGNATURE]
+  # Keep the loaded object alive as long as its signature is used.
+  signature.loaded_object = loaded
+  return signature, metadata
+
+
+def add_metadata(export_dir: str, sections: Dict) -> None:
+  """Adds ``sections`` to an export's metadata, such as what its evaluation
+  found."""
+  write_metadata(export_dir, {**read_metadata(export_dir), **sections})

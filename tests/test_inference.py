@@ -1,0 +1,147 @@
+"""The scoring job's model step: RunInference with RawTextModelHandler."""
+import concurrent.futures
+import threading
+
+import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.ml.inference.base import RunInference
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
+import pytest
+
+from pipeline.scoring import inference
+from pipeline.scoring import report
+from schemas import raw
+from serving import exports
+from tests.conftest import Poisoned
+from tests.conftest import beam_pipeline
+from tests.conftest import synthetic_reviews
+from trainer import predict
+
+POISON = 'poison-pill'
+# The models the handlers below loaded, by kind: the tests read their call
+# counts (the pipelines run in this process).
+LOADED = {}
+
+
+class PoisonedHandler(inference.RawTextModelHandler):
+  """The real model, raising on any call that holds a poisoned text."""
+
+  def load_model(self):
+    LOADED['poisoned'] = Poisoned(super().load_model(), POISON)
+    return LOADED['poisoned']
+
+
+class BrokenHandler(inference.RawTextModelHandler):
+  """A model that raises on every call: every text is poisoned."""
+
+  def load_model(self):
+    LOADED['broken'] = Poisoned(super().load_model(), '')
+    return LOADED['broken']
+
+
+def records(texts):
+  return [{raw.ID: str(i), raw.TEXT: text} for i, text in enumerate(texts)]
+
+
+def answers(pipeline, handler, texts):
+  """(text, label or the failure) of each document, as RunInference gave
+  them."""
+  def answer(result):
+    scores = result.inference
+    if isinstance(scores, inference.InferenceFailed):
+      return result.example[raw.TEXT], 'failed'
+    return result.example[raw.TEXT], scores.label
+  return (pipeline
+          | beam.Create(records(texts))
+          | RunInference(handler)
+          | beam.Map(answer))
+
+
+def test_run_inference_scores_as_the_signature_and_reports_its_metrics(
+    trained):
+  model_dir, export_dir, _ = trained
+  texts = [r['text'] for r in synthetic_reviews(20, 8)]
+  signature, metadata = exports.load(str(model_dir))
+  expected = [(t, p['label']) for t, p in zip(
+      texts, predict.predict(signature, metadata['label_names'], texts))]
+  pipeline = beam_pipeline()
+  assert_that(answers(pipeline, inference.RawTextModelHandler(
+      str(export_dir), batch_size=8), texts), equal_to(expected))
+  result = pipeline.run()
+  result.wait_until_finish()
+  metrics = report.inference_metrics(result)
+  assert metrics['documents'] == 20
+  assert metrics['batches'] >= 3  # batches of at most 8
+  assert metrics['model_loads'] >= 1
+  assert metrics.get('failed_batches', 0) == 0
+  sizes = result.metrics().query(MetricsFilter().with_name(
+      'inference_request_batch_size'))['distributions']
+  assert sizes and max(d.committed.max for d in sizes) <= 8
+
+
+def test_a_poison_document_is_isolated_and_alone_fails(trained):
+  _, export_dir, _ = trained
+  texts = [r['text'] for r in synthetic_reviews(20, 9)]
+  texts[13] += f' {POISON}'
+  with beam_pipeline() as pipeline:
+    labels = answers(pipeline, PoisonedHandler(str(export_dir), 8), texts)
+    assert_that(labels | beam.Filter(lambda pair: pair[1] == 'failed'),
+                equal_to([(texts[13], 'failed')]), label='OnlyThePoison')
+    assert_that(labels | beam.combiners.Count.Globally(), equal_to([20]),
+                label='EveryDocument')
+
+
+def test_a_model_that_fails_on_every_batch_stops_the_pipeline(trained):
+  _, export_dir, _ = trained
+  texts = [r['text'] for r in synthetic_reviews(64, 10)]
+  with pytest.raises(Exception, match=inference.MODEL_FAILED):
+    with beam_pipeline() as pipeline:
+      answers(pipeline, BrokenHandler(str(export_dir), 64), texts)
+  # Bisection stops after MAX_ISOLATED + 1 documents failed alone: each
+  # costs at most a call a level of the halving (64 documents: 7 levels).
+  assert LOADED['broken'].calls <= (inference.MAX_ISOLATED + 1) * 7
+
+
+class CountingPool(concurrent.futures.ThreadPoolExecutor):
+  """A thread pool that keeps count of the threads all open pools may run."""
+  lock = threading.Lock()
+  open_threads = 0
+  most = 0
+
+  def __init__(self, max_workers, **kwargs):
+    super().__init__(max_workers, **kwargs)
+    self._size = max_workers
+    with self.lock:
+      CountingPool.open_threads += max_workers
+      CountingPool.most = max(CountingPool.most, CountingPool.open_threads)
+
+  def shutdown(self, *args, **kwargs):
+    super().shutdown(*args, **kwargs)
+    with self.lock:
+      CountingPool.open_threads -= self._size
+
+
+def test_model_threads_live_for_their_batch_and_are_bounded(trained,
+                                                           monkeypatch):
+  _, export_dir, _ = trained
+  handler = inference.RawTextModelHandler(str(export_dir), 64, threads=3)
+  model = handler.load_model()
+  monkeypatch.setattr(concurrent.futures, 'ThreadPoolExecutor', CountingPool)
+  batch = records([r['text'] for r in synthetic_reviews(64, 11)])
+
+  def score_repeatedly():
+    for _ in range(5):
+      assert len(list(handler.run_inference(batch, model))) == len(batch)
+
+  callers = [threading.Thread(target=score_repeatedly) for _ in range(3)]
+  for caller in callers:
+    caller.start()
+  for caller in callers:
+    caller.join()
+  # Three callers share one model, and never run more than its three
+  # threads; each batch's threads end with it.
+  assert 0 < CountingPool.most <= 3
+  assert CountingPool.open_threads == 0
+  assert not [t for t in threading.enumerate()
+              if t.name.startswith('model-call')]

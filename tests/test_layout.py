@@ -1,0 +1,66 @@
+"""The packages' import direction: schemas < cli < serving < the two jobs,
+and the jobs independent of each other."""
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+# What each package may import of ours; nothing imports a job but itself.
+ALLOWED = {
+    'schemas': {'schemas'},
+    'cli': {'schemas', 'cli'},
+    'serving': {'schemas', 'cli', 'serving'},
+    'pipeline': {'schemas', 'cli', 'serving', 'pipeline'},
+    'trainer': {'schemas', 'cli', 'serving', 'trainer'},
+}
+
+
+def imported_packages(path: pathlib.Path):
+  """The top-level packages a module imports, anywhere in it."""
+  for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+    if isinstance(node, ast.Import):
+      yield from (alias.name.split('.')[0] for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+      yield node.module.split('.')[0]
+
+
+@pytest.mark.parametrize('package', sorted(ALLOWED))
+def test_a_package_imports_only_the_packages_below_it(package):
+  ours = set(ALLOWED)
+  wrong = sorted(
+      f'{path.relative_to(REPO)} imports {name}'
+      for path in (REPO / package).rglob('*.py')
+      for name in imported_packages(path)
+      if name in ours and name not in ALLOWED[package])
+  assert not wrong
+
+
+def modules_loaded_by(code: str):
+  """The modules a fresh interpreter holds after running ``code``."""
+  probe = code + '\nimport sys\nprint("\\n".join(sorted(sys.modules)))'
+  result = subprocess.run([sys.executable, '-c', probe], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          check=True)
+  return set(result.stdout.split())
+
+
+def test_the_trainer_loads_no_beam():
+  loaded = modules_loaded_by('import trainer.train, trainer.predict')
+  assert not {m for m in loaded if m.startswith('apache_beam')}
+
+
+def test_a_scoring_worker_loads_no_tensorflow_transform(trained):
+  _, export_dir, _ = trained
+  loaded = modules_loaded_by(f'''
+from pipeline import score
+from pipeline.scoring import inference
+handler = inference.RawTextModelHandler({str(export_dir)!r}, 8)
+model = handler.load_model()
+list(handler.run_inference([{{'id': '1', 'text': 'a fine film'}}], model))
+''')
+  assert 'pipeline.score' in loaded
+  assert not {m for m in loaded if m.startswith('tensorflow_transform')}
