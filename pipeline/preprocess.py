@@ -25,10 +25,12 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 
 import cli
+from cli import flags
 from pipeline import jobs
 from pipeline import outputs
 from pipeline import readers
 from pipeline import records
+from pipeline import rejections
 from pipeline import tfrecords
 from pipeline import transform
 from pipeline.preprocessing import examples
@@ -41,9 +43,9 @@ from schemas import transformed
 
 
 def parse_args(argv):
-  # @FILE reads flags from a file, one a line (configs/<name>/).
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                   fromfile_prefix_chars='@')
+  """Our flags and the pipeline's; @FILE reads flags from a file, one a line
+  (configs/<name>/)."""
+  parser = flags.Parser(__doc__.split('\n\n')[0])
   readers.add_reader_arguments(parser)
   parser.add_argument('--output_dir', required=True)
   parser.add_argument('--overwrite', action='store_true',
@@ -56,31 +58,37 @@ def parse_args(argv):
       help='Field naming each record\'s split: train, validation (valid, '
       'dev) or test (eval).')
   split.add_argument(
-      '--test_fraction', type=float, default=0.2,
+      '--test_fraction', type=flags.number(0, 1, high_open=True),
+      default=0.2,
       help='Without a split field or split folders: share of records sent to '
       'test by a hash of their normalized text.')
   parser.add_argument(
-      '--validation_fraction', type=float, default=0.1,
+      '--validation_fraction', type=flags.number(0, 1, high_open=True),
+      default=0.1,
       help='Share of the train records carved out as the validation split by '
       'the same hash; 0 where the data names its validation records.')
   defaults = transform.TransformParams()
-  parser.add_argument('--vocab_size', type=int, default=defaults.vocab_size,
+  parser.add_argument('--vocab_size',
+                      type=flags.integer(transformed.NUM_RESERVED_IDS + 1),
+                      default=defaults.vocab_size,
                       help='Vocabulary size including padding and OOV ids.')
-  parser.add_argument('--min_frequency', type=int,
+  parser.add_argument('--min_frequency', type=flags.integer(1),
                       default=defaults.min_frequency)
-  parser.add_argument('--max_len', type=int, default=defaults.max_len)
-  parser.add_argument('--max_token_chars', type=int,
+  parser.add_argument('--max_len', type=flags.integer(1),
+                      default=defaults.max_len)
+  parser.add_argument('--max_token_chars', type=flags.integer(1),
                       default=defaults.max_token_chars)
   parser.add_argument('--truncation', choices=transform.TRUNCATIONS,
                       default=defaults.truncation,
                       help='Tokens kept from a document longer than max_len: '
                       'the first, the last, or half of each.')
+  rejections.add_budget_argument(parser)
   parser.add_argument('--drop_punctuation',
                       action=argparse.BooleanOptionalAction,
                       default=not defaults.keep_punctuation,
                       help='Drop punctuation and symbols instead of making '
                       'them tokens.')
-  return parser.parse_known_args(argv)
+  return jobs.parse_args(parser, argv)
 
 
 class ReadAndRoute(beam.PTransform):
@@ -97,10 +105,7 @@ class ReadAndRoute(beam.PTransform):
     return (pbegin
             | 'Read' >> readers.ReadRecords(settings.pattern, config)
             | 'ValidateAndSplit' >> beam.ParDo(splits.ValidateAndSplit(
-                config.max_text_bytes, settings.test_fraction or 0.0,
-                settings.validation_fraction,
-                split_required=bool(config.split_field),
-                metered=self._metered)).with_outputs(
+                settings.routing, metered=self._metered)).with_outputs(
                     records.REJECTED, records.STATS, *raw.SPLITS))
 
 
@@ -178,17 +183,20 @@ def run(argv=None):
   started = time.time()
   jobs.configure_filesystems(pipeline_args)
   settings = settings_lib.settings_from_args(args)
+  settings_lib.preflight(settings)
   with outputs.staged(args.output_dir, settings.pattern, layout=LAYOUT,
-                            overwrite=args.overwrite) as output:
+                      overwrite=args.overwrite) as output:
     staging = output.staging_dir
     jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
         pipeline, settings, staging))
     tally = records.pop_tally(staging)
     tally.reconcile()
-    if not tally.written.get(raw.TRAIN):
+    if tally.read and not tally.written.get(raw.TRAIN):
       raise cli.JobError(
           f'no record reached the train split ({tally.rejected} of '
           f'{tally.read} rejected: {tally.rejected_by_reason})')
+    rejections.check_budget(tally, settings.max_rejected_fraction,
+                            settings.pattern, settings.read_config, output)
     splits.check_label_columns(tally.labels.get(raw.TRAIN, {}))
     stats = stats_lib.summarize(tally, staging, settings.params.max_len)
     stats_lib.write_sidecars(staging, stats, settings, args.input)

@@ -14,7 +14,6 @@ a rerun, so the same command can run every night.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
-import argparse
 import operator
 import posixpath
 import time
@@ -23,10 +22,12 @@ import apache_beam as beam
 from apache_beam.ml.inference.base import RunInference
 
 import cli
+from cli import flags
 from pipeline import jobs
 from pipeline import outputs
 from pipeline import readers
 from pipeline import records
+from pipeline import rejections
 from pipeline.scoring import inference
 from pipeline.scoring import report
 from pipeline.scoring import rows
@@ -51,9 +52,9 @@ LAYOUT = outputs.Layout(
 
 
 def parse_args(argv):
-  # @FILE reads flags from a file, one a line, as the other jobs do.
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                   fromfile_prefix_chars='@')
+  """Our flags and the pipeline's; @FILE reads flags from a file, one a
+  line, as the other jobs do."""
+  parser = flags.Parser(__doc__.split('\n\n')[0])
   readers.add_reader_arguments(parser)
   parser.add_argument('--model_dir', required=True,
                       help='The trainer\'s model folder (its newest export '
@@ -71,13 +72,14 @@ def parse_args(argv):
                       'column, e.g. label:true_label.')
   # More documents a batch make the runs of similar lengths longer, at the
   # cost of holding more of them.
-  parser.add_argument('--batch_size', type=int, default=2048,
+  parser.add_argument('--batch_size', type=flags.integer(1), default=2048,
                       help='Documents handed to the model together: sorted '
                       'by length into model calls of '
                       f'{length_groups.CALL_ROWS} '
                       '(serving/length_groups.py).')
   parser.add_argument('--parquet_codec', choices=_CODECS, default='zstd')
-  return parser.parse_known_args(argv)
+  rejections.add_budget_argument(parser)
+  return jobs.parse_args(parser, argv)
 
 
 def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
@@ -112,19 +114,35 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
        | 'Counts' >> records.WriteCounts(staging))
 
 
+def run_pipeline(pipeline_args, settings: settings_lib.Settings,
+                 staging: str):
+  """Runs the scoring pipeline; a ModelFailure when the model failed on a
+  whole batch in a worker, whatever the runner made of the exception."""
+  try:
+    return jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
+        pipeline, settings, staging))
+  except Exception as error:  # pylint: disable=broad-except
+    failure = inference.model_failure(error)
+    if failure:
+      raise failure from error
+    raise
+
+
 def run(argv=None):
   args, pipeline_args = parse_args(argv)
   started, started_at = time.time(), report.utc_now()
   jobs.configure_filesystems(pipeline_args)
   settings = settings_lib.settings_from_args(args)
+  settings_lib.preflight(settings)
   with outputs.staged(
       settings.output_dir, settings.pattern, partition=settings.partition,
       layout=LAYOUT, overwrite=args.overwrite) as output:
     staging = output.staging_dir
-    result = jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
-        pipeline, settings, staging))
+    result = run_pipeline(pipeline_args, settings, staging)
     tally = records.pop_tally(staging)
     tally.reconcile()
+    rejections.check_budget(tally, settings.max_rejected_fraction,
+                            settings.pattern, settings.read_config, output)
     written = report.manifest(args, settings, tally, result, staging,
                               started_at)
     report.check_row_count(staging, written['files'], tally.total_written)

@@ -16,6 +16,9 @@ SOURCE = 'source'
 # record to the dead letters instead of processing it.
 REASON = 'reason'
 SNIPPET = 'snippet'
+# The field names of a row that lacks the text or label field: what a job
+# names when it diagnoses a run that rejects everything (never written).
+FIELDS = 'fields'
 # Input fields a job passes through to its output untouched (--keep_fields),
 # as a dict of field name to value.
 KEPT = 'kept'

@@ -64,19 +64,29 @@ def resolve(model_dir: str) -> str:
                     f'with saved_model.pb and {serving.METADATA_FILE})')
 
 
-def load(model_dir: str) -> Tuple[object, Dict]:
-  """The serving signature and metadata of the export ``model_dir`` names."""
-  path = resolve(model_dir)
+def load_metadata(export_dir: str) -> Dict:
+  """An export's metadata, checked to name its classes."""
+  path = posixpath.join(export_dir, serving.METADATA_FILE)
   try:
-    loaded = tf.saved_model.load(path)
-    metadata = read_metadata(path)
+    metadata = read_metadata(export_dir)
   except Exception as error:  # pylint: disable=broad-except
-    raise ExportError(f'cannot load the model in {path}: {error}') from error
+    raise ExportError(f'cannot read {path}: {error}') from error
   names = metadata.get('label_names') if isinstance(metadata, dict) else None
   if not (isinstance(names, list) and names and
           all(isinstance(name, str) for name in names)):
-    raise ExportError(f'{posixpath.join(path, serving.METADATA_FILE)} has no '
-                      'label_names (a list of the class names)')
+    raise ExportError(f'{path} has no label_names (a list of the class '
+                      'names)')
+  return metadata
+
+
+def load(model_dir: str) -> Tuple[object, Dict]:
+  """The serving signature and metadata of the export ``model_dir`` names."""
+  path = resolve(model_dir)
+  metadata = load_metadata(path)
+  try:
+    loaded = tf.saved_model.load(path)
+  except Exception as error:  # pylint: disable=broad-except
+    raise ExportError(f'cannot load the model in {path}: {error}') from error
   signature = loaded.signatures[serving.SIGNATURE]
   # Keep the loaded object alive as long as its signature is used.
   signature.loaded_object = loaded

@@ -1,5 +1,6 @@
 """cli.main: faults of a job or of its machine reach the user as one line."""
 import errno
+import signal
 
 from apache_beam.io.filesystem import BeamIOError
 import pytest
@@ -20,11 +21,11 @@ def raised_while_handling(cause):
   return wrapper
 
 
-def run_main(monkeypatch, capsys, error):
+def run_main(monkeypatch, capsys, error, *argv):
   def run(argv):
     del argv
     raise error
-  return main_in_process(monkeypatch, capsys, run)
+  return main_in_process(monkeypatch, capsys, run, *argv)
 
 
 @pytest.mark.parametrize('error, message', [
@@ -47,7 +48,39 @@ def test_a_full_or_read_only_disk_is_one_error_line(monkeypatch, capsys,
   assert lines[0].startswith('error: ') and message in lines[0]
 
 
-def test_other_os_errors_keep_their_traceback(monkeypatch, capsys):
-  with pytest.raises(FileNotFoundError):
-    run_main(monkeypatch, capsys,
-             FileNotFoundError(errno.ENOENT, 'No such file'))
+def test_any_other_failure_is_one_line_of_its_own_status(monkeypatch, capsys):
+  status, stderr = run_main(monkeypatch, capsys,
+                            FileNotFoundError(errno.ENOENT, 'No such file'))
+  assert status == cli.EXIT_FAILED
+  assert stderr.strip().splitlines() == [
+      'error: FileNotFoundError: [Errno 2] No such file (run with --verbose '
+      'for the traceback)']
+
+
+def test_verbose_shows_the_traceback(monkeypatch, capsys):
+  status, stderr = run_main(monkeypatch, capsys, KeyError('lost'),
+                            '--verbose')
+  assert status == cli.EXIT_FAILED
+  assert stderr.startswith('Traceback (most recent call last)')
+  assert stderr.strip().splitlines()[-1].startswith('error: KeyError:')
+
+
+@pytest.mark.parametrize('signum, status', [
+    (signal.SIGTERM, cli.EXIT_TERMINATED), (signal.SIGINT,
+                                            cli.EXIT_INTERRUPTED)])
+def test_a_signal_ends_the_run_with_its_status_whatever_wraps_it(
+    monkeypatch, capsys, signum, status):
+  def run(argv):
+    del argv
+    try:
+      cli._stop(signum, None)  # pylint: disable=protected-access
+    except cli.Stopped as stopped:
+      # What a runner makes of it: another exception, raised while
+      # handling the first.
+      raise RuntimeError('SystemExit [while running Score]') from stopped
+  monkeypatch.setattr(cli, '_STOPPED_BY', [])
+  code, stderr = main_in_process(monkeypatch, capsys, run)
+  assert code == status
+  assert stderr.strip().splitlines() == [
+      f'error: stopped by {signal.Signals(signum).name}; nothing was '
+      'published']

@@ -122,7 +122,9 @@ def small_job(tmp_path_factory):
   stats = preprocess.run([
       f'--input={folder}/*.jsonl', f'--output_dir={output}',
       '--split_field=split', '--max_len=6', '--vocab_size=6',
-      '--max_text_bytes=5000', '--validation_fraction=0'])
+      '--max_text_bytes=5000', '--validation_fraction=0',
+      # Every kind of bad row, on purpose.
+      '--max_rejected_fraction=1'])
   return folder, output, stats
 
 
@@ -284,7 +286,8 @@ def test_validate_and_split_routes_records_in_a_pipeline():
   ]
   with beam_pipeline() as pipeline:
     routed = (pipeline | beam.Create(records) | beam.ParDo(
-        split_lib.ValidateAndSplit(100, 0.2, 0.0, split_required=True))
+        split_lib.ValidateAndSplit(split_lib.Routing(
+            100, 0.2, 0.0, split_required=True)))
               .with_outputs('rejected', 'stats', *raw.SPLITS))
     assert_that(routed[raw.TRAIN] | 'TrainIds' >> beam.Map(lambda r: r[raw.ID]),
                 equal_to(['2']), label='train')
@@ -329,8 +332,8 @@ def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
     (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/in.jsonl/out'],
      'cannot write to'),
     (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/out',
-                '--vocab_size=1'], 'vocab_size must exceed'),
-    (lambda d: [f'--input={d}/**', '--format=text', f'--output_dir={d}/out'],
+                '--vocab_size=1'], 'argument --vocab_size: must be >= '),
+    (lambda d: [f'--input={d}/**', '--format=jsonl', f'--output_dir={d}/out'],
      'is inside the input'),
 ])
 def test_job_level_faults_exit_non_zero_with_one_line(
@@ -365,10 +368,10 @@ def test_an_output_it_did_not_write_or_would_read_is_refused(tmp_path):
 
 
 def test_no_train_records_is_a_job_error(tmp_path, monkeypatch, capsys):
-  write_jsonl(tmp_path / 'in.jsonl', [{'text': '', 'label': 'a'}])
+  write_jsonl(tmp_path / 'in.jsonl', good_rows(5, 'test'))
   status, stderr = main_in_process(
       monkeypatch, capsys, preprocess.run, f'--input={tmp_path}/in.jsonl',
-      f'--output_dir={tmp_path}/out')
+      f'--output_dir={tmp_path}/out', '--split_field=split')
   assert status == 2
   assert 'no record reached the train split' in stderr
   assert not (tmp_path / 'out').exists()

@@ -16,6 +16,7 @@ their logits weighted and summed (``BranchMix``). Every model ends in a
 Keras 3 (``import keras``) throughout: tensorflow-transform switches
 ``tf.keras`` to Keras 2 in any process that imports it.
 """
+import argparse
 import dataclasses
 from typing import List, Tuple
 
@@ -24,6 +25,7 @@ from keras import layers
 from keras import ops
 import numpy as np
 
+from cli import flags
 from schemas import transformed
 from trainer import ngrams
 
@@ -62,19 +64,16 @@ class ModelParams:
   ngram_dropout: float = 0.0      # share of n-grams hidden while training
 
   def __post_init__(self):
-    if self.pooling not in ('mean', 'max'):
-      raise ValueError(f'pooling must be mean or max, not {self.pooling!r}')
-    if self.positions not in ('learned', 'sinusoidal'):
-      raise ValueError(
-          f'positions must be learned or sinusoidal, not {self.positions!r}')
-    if self.key_dim < 0:
-      raise ValueError(f'key_dim must be >= 0, not {self.key_dim}')
-    if self.model not in MODELS:
-      raise ValueError(f'model must be one of {MODELS}, not {self.model!r}')
-    if self.transformer_vocab < 0 or self.transformer_len < 0:
-      raise ValueError('transformer_vocab and transformer_len must be >= 0')
-    if self.ngram_order < 1 or self.ngram_min_count < 1:
-      raise ValueError('ngram_order and ngram_min_count must be >= 1')
+    for name, check in FIELD_FLAGS.items():
+      value = getattr(self, name)
+      if isinstance(check, tuple):
+        if value not in check:
+          raise ValueError(f'{name} must be one of {check}, not {value!r}')
+        continue
+      try:
+        check(str(value))
+      except argparse.ArgumentTypeError as error:
+        raise ValueError(f'{name}: {error}') from None
 
   @property
   def branches(self) -> Tuple[str, ...]:
@@ -86,6 +85,30 @@ class ModelParams:
   def attention_key_dim(self) -> int:
     # keras.io gives every head the whole embedding width.
     return self.key_dim or self.embed_dim
+
+
+# Each field's values: a flag type (cli.flags) or the choices; the trainer's
+# flags and ModelParams's own check both read them.
+FIELD_FLAGS = {
+    'embed_dim': flags.integer(1),
+    'num_heads': flags.integer(1),
+    'key_dim': flags.integer(0),
+    'ff_dim': flags.integer(1),
+    'num_layers': flags.integer(1),
+    'dropout': flags.number(0, 1, high_open=True),
+    'pooling': ('mean', 'max'),
+    'positions': ('learned', 'sinusoidal'),
+    'bigram_buckets': flags.integer(0),
+    'token_dropout': flags.number(0, 1, high_open=True),
+    'head_units': flags.integer(1),
+    'model': MODELS,
+    'transformer_vocab': flags.integer(0),
+    'transformer_len': flags.integer(0),
+    'ngram_order': flags.integer(1),
+    'ngram_min_count': flags.integer(1),
+    'ngram_init': flags.number(),
+    'ngram_dropout': flags.number(0, 1, high_open=True),
+}
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:

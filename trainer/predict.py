@@ -8,12 +8,12 @@ probability of every class (``--json`` for one JSON object a line).
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
-import argparse
 import json
 import sys
 from typing import Dict, List
 
 import cli
+from cli import flags
 from schemas import serving
 from serving import exports
 
@@ -35,14 +35,14 @@ def predict(signature, label_names: List[str],
 
 
 def run(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = flags.Parser(__doc__.split('\n\n')[0], fromfile_prefix_chars=None)
   parser.add_argument('--model_dir', required=True,
                       help='The trainer\'s model folder or one export folder.')
   parser.add_argument('--json', action='store_true')
   parser.add_argument('texts', nargs='*',
                       help='Texts to classify; without any, one a line '
                       'from standard input.')
-  args = parser.parse_args(argv)
+  args, _ = flags.parse(parser, argv)
   texts = args.texts or [line.rstrip('\n') for line in sys.stdin if line.strip()]
   if not texts:
     raise cli.JobError('no text given')

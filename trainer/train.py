@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 import cli
+from cli import flags
 from schemas import raw
 from trainer import calibration
 from trainer import data as data_lib
@@ -39,63 +40,54 @@ from trainer import ngrams
 
 
 def parse_args(argv):
-  # @FILE reads flags from a file, one a line (configs/<name>/).
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                   fromfile_prefix_chars='@')
+  """The trainer's flags, each typed and range-checked; @FILE reads flags
+  from a file, one a line (configs/<name>/)."""
+  parser = flags.Parser(__doc__.split('\n\n')[0])
   parser.add_argument('--data_dir', required=True,
                       help='Output folder of pipeline.preprocess.')
   parser.add_argument('--model_dir', required=True)
-  parser.add_argument('--epochs', type=int, default=2)
-  parser.add_argument('--batch_size', type=int, default=32)
-  parser.add_argument('--learning_rate', type=float, default=1e-3)
-  parser.add_argument('--warmup_fraction', type=float, default=0.0,
+  parser.add_argument('--epochs', type=flags.integer(1), default=2)
+  parser.add_argument('--batch_size', type=flags.integer(1), default=32)
+  parser.add_argument('--learning_rate', type=flags.number(0, low_open=True),
+                      default=1e-3)
+  parser.add_argument('--warmup_fraction',
+                      type=flags.number(0, 1, high_open=True), default=0.0,
                       help='Share of the steps with a linear warm-up; with '
                       '--decay, the rate then follows a cosine to zero.')
   parser.add_argument('--decay', action=argparse.BooleanOptionalAction,
                       default=True,
                       help='Cosine decay of the learning rate to zero.')
-  parser.add_argument('--weight_decay', type=float, default=0.0,
+  parser.add_argument('--weight_decay', type=flags.number(0), default=0.0,
                       help='Decoupled weight decay (AdamW) when > 0.')
-  parser.add_argument('--clipnorm', type=float, default=None,
-                      help='Clip each gradient to this norm.')
-  parser.add_argument('--patience', type=int, default=2,
+  parser.add_argument('--clipnorm', type=flags.number(0, low_open=True),
+                      default=None, help='Clip each gradient to this norm.')
+  parser.add_argument('--patience', type=flags.integer(0), default=2,
                       help='Epochs without improvement of --monitor before '
                       'stopping; the best weights are restored.')
   parser.add_argument('--monitor', choices=('val_loss', 'val_accuracy'),
                       default='val_loss',
                       help='The validation metric that picks the best '
                       'epoch.')
-  parser.add_argument('--bucket_width', type=int, default=0,
+  parser.add_argument('--bucket_width', type=flags.integer(0), default=0,
                       help='Batch documents of similar length, cut to a '
                       'multiple of this many tokens; 0 pads every batch to '
                       'max_len.')
-  parser.add_argument('--seed', type=int, default=42)
+  parser.add_argument('--seed', type=flags.integer(0), default=42)
   parser.add_argument('--cache', choices=data_lib.CACHE_POLICIES,
                       default='auto',
                       help='Keep the train and validation splits parsed in '
                       'memory (memory), read them from their files every '
                       'epoch (none), or memory when a split, as stats.json '
                       'sizes it, fits --cache_memory_share (auto).')
-  parser.add_argument('--cache_memory_share', type=float,
+  parser.add_argument('--cache_memory_share',
+                      type=flags.number(0, 1, low_open=True),
                       default=data_lib.CACHE_MEMORY_SHARE,
                       help='With --cache=auto: the share of the available '
                       'memory a split may take cached; it also bounds the '
                       'shuffle buffer.')
   add_branch_args(parser)
-  defaults = model_lib.ModelParams()
-  for field in dataclasses.fields(model_lib.ModelParams):
-    if field.name in ('pooling', 'positions', 'model'):
-      continue
-    parser.add_argument(f'--{field.name}', type=type(field.default),
-                        default=field.default)
-  parser.add_argument('--pooling', choices=('mean', 'max'),
-                      default=defaults.pooling)
-  parser.add_argument('--positions', choices=('learned', 'sinusoidal'),
-                      default=defaults.positions)
-  args = parser.parse_args(argv)
-  if args.cache_memory_share <= 0:
-    parser.error('--cache_memory_share must be > 0')
-  return args
+  add_model_args(parser)
+  return flags.parse(parser, argv)[0]
 
 
 def add_branch_args(parser) -> None:
@@ -105,9 +97,22 @@ def add_branch_args(parser) -> None:
                       help='transformer; nbsvm (binarized n-grams scaled '
                       'by Naive Bayes ratios); hybrid (both, each trained '
                       'alone, their logits weighted on validation).')
-  parser.add_argument('--ngram_epochs', type=int, default=2,
+  parser.add_argument('--ngram_epochs', type=flags.integer(1), default=2,
                       help='Epochs of the n-gram branch (nbsvm, hybrid).')
-  parser.add_argument('--ngram_learning_rate', type=float, default=1e-3)
+  parser.add_argument('--ngram_learning_rate',
+                      type=flags.number(0, low_open=True), default=1e-3)
+
+
+def add_model_args(parser) -> None:
+  """A flag for each field of ``ModelParams``, of the field's values."""
+  defaults = model_lib.ModelParams()
+  for field in dataclasses.fields(model_lib.ModelParams):
+    if field.name == 'model':
+      continue  # add_branch_args has it
+    check = model_lib.FIELD_FLAGS[field.name]
+    kind = {'choices': check} if isinstance(check, tuple) else {'type': check}
+    parser.add_argument(f'--{field.name}',
+                        default=getattr(defaults, field.name), **kind)
 
 
 def model_params(args) -> model_lib.ModelParams:

@@ -134,8 +134,31 @@ class StagedOutput:
           f'{self._staging_root}, would be on another file system; use a '
           'folder inside it as --output_dir')
 
+  @property
+  def kept_dir(self) -> str:
+    """Where ``keep`` keeps what a failed run leaves for the operator."""
+    return posixpath.join(self._staging_root, f'{self._name}.failed')
+
+  def keep(self, relative: str) -> str:
+    """Moves ``relative`` of the staging folder to ``kept_dir`` (replacing
+    what an earlier failed run kept there), so that it outlives the run;
+    returns its new path. The next run that publishes removes it."""
+    source = posixpath.join(self.staging_dir, relative)
+    target = posixpath.join(self.kept_dir, relative)
+    files.delete_tree(self.kept_dir)
+    if files.is_local(source):
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      if os.path.exists(source):
+        os.rename(source, target)
+    else:
+      paths = [m.path for m in files.files(source)]
+      if paths:
+        FileSystems.rename(paths, [target + p[len(source):] for p in paths])
+    return target
+
   def publish(self) -> None:
     """Moves the staged output into place, replacing any previous one."""
+    files.delete_tree(self.kept_dir)
     self._remove_strays()
     if files.is_local(self.final_dir):
       self._publish_local()

@@ -5,7 +5,9 @@ from typing import Optional
 
 import cli
 from pipeline import readers
+from pipeline import rejections
 from pipeline import transform
+from pipeline.preprocessing import splits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,6 +18,13 @@ class Settings:
   params: transform.TransformParams
   test_fraction: Optional[float]  # None: splits come from the data
   validation_fraction: float
+  max_rejected_fraction: float
+
+  @property
+  def routing(self) -> splits.Routing:
+    return splits.Routing(self.read_config.max_text_bytes,
+                          self.test_fraction or 0.0, self.validation_fraction,
+                          split_required=bool(self.read_config.split_field))
 
 
 # Formats read one document a file, whose train/test/... folder names its
@@ -55,6 +64,13 @@ def settings_from_args(args) -> Settings:
     raise cli.JobError(str(error)) from error
   return Settings(pattern, config, params,
                   None if args.split_field else args.test_fraction,
-                  args.validation_fraction)
+                  args.validation_fraction, args.max_rejected_fraction)
+
+
+def preflight(settings: Settings) -> None:
+  """Before any worker starts: a JobError when none of the input's first
+  records would be accepted."""
+  rejections.preflight(settings.pattern, settings.read_config,
+                       lambda record: settings.routing.route(record)[1])
 
 

@@ -1,8 +1,9 @@
 """Routing each record: to train, validation or test, or to the dead
 letters."""
 import collections
+import dataclasses
 import hashlib
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 from apache_beam import pvalue
 
@@ -48,35 +49,40 @@ def assign_split(text: str, named: Optional[str], test_fraction: float,
   return split
 
 
+@dataclasses.dataclass(frozen=True)
+class Routing:
+  """How records are checked and sent to their split."""
+  max_text_bytes: int
+  test_fraction: float
+  validation_fraction: float
+  split_required: bool  # the data names each record's split
+
+  def route(self, record: Dict) -> Tuple[Optional[str], Optional[str]]:
+    """(The record's split, None), or (None, why it is rejected):
+    ValidateAndSplit's choice, and the launcher's before the pipeline."""
+    reason = records.check_record(record, self.max_text_bytes,
+                                  require_label=True)
+    if reason:
+      return None, reason
+    value = record.get(raw.SPLIT)
+    if not value and self.split_required:
+      return None, rejected.MISSING_SPLIT
+    split = assign_split(record[raw.TEXT], value, self.test_fraction,
+                         self.validation_fraction)
+    return (split, None) if split else (None, rejected.UNKNOWN_SPLIT)
+
+
 class ValidateAndSplit(records.CountingDoFn):
   """Routes each raw record to train, validation, test or the dead
   letters."""
 
-  def __init__(self, max_text_bytes: int, test_fraction: float,
-               validation_fraction: float, split_required: bool,
-               metered: bool = True):
+  def __init__(self, routing: Routing, metered: bool = True):
     super().__init__(NAMESPACE, metered)
-    self._max_text_bytes = max_text_bytes
-    self._test_fraction = test_fraction
-    self._validation_fraction = validation_fraction
-    self._split_required = split_required
-
-  def _split(self, record):
-    """The record's split, or the reason it has none."""
-    value = record.get(raw.SPLIT)
-    if not value and self._split_required:
-      return None, rejected.MISSING_SPLIT
-    split = assign_split(record[raw.TEXT], value, self._test_fraction,
-                         self._validation_fraction)
-    return (split, None) if split else (None, rejected.UNKNOWN_SPLIT)
+    self._routing = routing
 
   def process(self, record):
     self.count_read()
-    reason = records.check_record(record, self._max_text_bytes,
-                                  require_label=True)
-    split = None
-    if not reason:
-      split, reason = self._split(record)
+    split, reason = self._routing.route(record)
     if reason:
       yield self.reject(record, reason)
       return

@@ -22,14 +22,17 @@ from pipeline.readers.config import FORMATS
 from pipeline.readers.config import ReadConfig
 from pipeline.readers.config import ReaderError
 from pipeline.readers.config import add_reader_arguments
+from pipeline.readers.config import format_of
 from pipeline.readers.config import read_config_from_args
 from pipeline.readers.config import resolve_input
 from pipeline.readers.documents import read_document
+from pipeline.readers.sampling import sample
 
 # read_document is for bench/train.py, which reads corpora without Beam.
 __all__ = ('FORMATS', 'ReadConfig', 'ReaderError', 'ReadRecords',
-           'add_reader_arguments', 'read_config_from_args', 'read_document',
-           'resolve_input')
+           'add_reader_arguments', 'format_of', 'read_config_from_args',
+           'read_document',
+           'resolve_input', 'sample')
 
 _DESIRED_SPLIT_BYTES = 64 << 20
 _FILES_PER_READ = 100

@@ -10,6 +10,8 @@ from typing import Optional, Tuple
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
+from cli import flags
+
 FORMATS = ('jsonl', 'csv', 'tsv', 'parquet', 'tfrecord', 'text', 'files',
            'email')
 _EXTENSION_FORMATS = {
@@ -120,7 +122,8 @@ def add_reader_arguments(parser: argparse.ArgumentParser):
   group.add_argument('--encoding', default='utf-8',
                      help='Text encoding of the input; records with bytes '
                      'invalid in it are rejected (emails replace them).')
-  group.add_argument('--max_text_bytes', type=int, default=1 << 20,
+  group.add_argument('--max_text_bytes', type=flags.integer(1),
+                     default=1 << 20,
                      help='Records with more text than this are rejected.')
   group.add_argument('--allow_corrupt_files', action='store_true',
                      help='Exit 0 when an input file is truncated or '
@@ -164,6 +167,13 @@ def _is_directory(path: str) -> bool:
       FileSystems.match([path.rstrip('/') + '/**'], [1])[0].metadata_list))
 
 
+def format_of(path: str) -> Optional[str]:
+  """The format a file's extension names, compression aside; None when it
+  names none."""
+  extension = posixpath.splitext(_strip_compression(path))[1]
+  return _EXTENSION_FORMATS.get(extension.lower())
+
+
 def resolve_input(pattern: str, fmt: str) -> Tuple[str, str]:
   """The file pattern and format to read; a folder means every file below it.
 
@@ -183,8 +193,7 @@ def resolve_input(pattern: str, fmt: str) -> Tuple[str, str]:
   if not matched:
     raise ReaderError(f'no input file matches {pattern}')
   if fmt == 'auto':
-    extension = posixpath.splitext(_strip_compression(matched[0].path))[1]
-    fmt = _EXTENSION_FORMATS.get(extension.lower())
+    fmt = format_of(matched[0].path)
     if fmt is None:
       raise ReaderError(
           f'cannot tell the format of {matched[0].path} from its extension; '

@@ -68,7 +68,8 @@ def record_from_fields(fields: Dict[str, Any], config: config_lib.ReadConfig,
     record_id = default_id
   text = fields.get(config.text_field)
   if text is None:
-    return rejection(record_id, source, rejected.MISSING_TEXT, payload)
+    return {**rejection(record_id, source, rejected.MISSING_TEXT, payload),
+            raw.FIELDS: list(fields)}
   if isinstance(text, bytes):
     try:
       text = text.decode(config.encoding)
@@ -87,4 +88,6 @@ def record_from_fields(fields: Dict[str, Any], config: config_lib.ReadConfig,
             raw.LABEL: _optional_str(label), raw.SPLIT: _optional_str(split)}
   if config.keep_fields:
     record[raw.KEPT] = kept
+  if label is None and config.label_field:
+    record[raw.FIELDS] = list(fields)
   return record

@@ -20,10 +20,12 @@ also bounds what bisection costs.
 import datetime
 import logging
 import os
+import re
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 from apache_beam.ml.inference import base
 
+import cli
 from schemas import raw
 from schemas import serving
 from serving import exports
@@ -53,7 +55,45 @@ _BEAM_INFERENCE_LOGGER = logging.getLogger()
 
 class ModelFailed(RuntimeError):
   """The model failed on a whole batch, beyond what a poison document
-  explains."""
+  explains: raised in a worker, it fails the pipeline."""
+
+
+class ModelFailure(cli.JobError):
+  """The job-level form of ModelFailed: nothing is published."""
+  exit_status = cli.EXIT_MODEL_FAILED
+
+
+# A ModelFailed's message as a runner passes it on, inside its own text.
+_MODEL_FAILED_TEXT = re.compile(re.escape(MODEL_FAILED) + r"[^\n\[]*")
+
+
+def model_failure(error: BaseException) -> Optional[ModelFailure]:
+  """The ModelFailure behind a pipeline's exception, however the runner
+  wrapped or retold it; None when the model is not what failed."""
+  for cause in cli.causes(error):
+    match = _MODEL_FAILED_TEXT.search(str(cause))
+    if match:
+      return ModelFailure(match.group(0).strip())
+  return None
+
+
+def check_model(signature, texts: Sequence[str]) -> None:
+  """Before the pipeline: ModelFailure when the export's signature raises on
+  each of the input's first acceptable texts, alone as well as together."""
+  def fails(batch):
+    try:
+      signature(**{serving.TEXT: [text.encode('utf-8') for text in batch]})
+      return None
+    except Exception as error:  # pylint: disable=broad-except
+      return error
+  if not texts or not fails(texts):
+    return
+  errors = [fails([text]) for text in texts[:MAX_ISOLATED + 1]]
+  if all(errors):
+    raise ModelFailure(
+        f'{MODEL_FAILED} each of the first {len(errors)} documents of the '
+        f'input, so the job did not start: {type(errors[0]).__name__}: '
+        f'{errors[0]}')
 
 
 class InferenceFailed(NamedTuple):

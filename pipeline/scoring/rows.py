@@ -1,6 +1,6 @@
 """The scoring job's per-document steps around the model: checking what
 was read, and turning what the model answered into Parquet rows."""
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from apache_beam.ml.inference.base import PredictionResult
 
@@ -18,6 +18,17 @@ SCORED = 'scored'
 CONFIDENCE = 'confidence'
 
 
+def reason_of(record: Dict, max_text_bytes: int, kept_types) -> Optional[str]:
+  """Why the job cannot score a record read, or None when it can:
+  ``Validate``'s check, and the launcher's before the pipeline starts."""
+  reason = records.check_record(record, max_text_bytes, require_label=False)
+  if not reason and not all(
+      kept_fields.conforms(record[raw.KEPT][name], arrow_type)
+      for name, arrow_type in kept_types):
+    reason = rejected.WRONG_TYPE
+  return reason
+
+
 class Validate(records.CountingDoFn):
   """Counts every record read; bad ones go to the dead letters."""
 
@@ -28,12 +39,7 @@ class Validate(records.CountingDoFn):
 
   def process(self, record):
     self.count_read()
-    reason = records.check_record(record, self._max_text_bytes,
-                                  require_label=False)
-    if not reason and not all(
-        kept_fields.conforms(record[raw.KEPT][name], arrow_type)
-        for name, arrow_type in self._kept_types):
-      reason = rejected.WRONG_TYPE
+    reason = reason_of(record, self._max_text_bytes, self._kept_types)
     if reason:
       yield self.reject(record, reason)
     else:

@@ -7,7 +7,11 @@ import pyarrow as pa
 
 import cli
 from pipeline import readers
+from pipeline import rejections
+from pipeline.scoring import inference
 from pipeline.scoring import kept_fields
+from pipeline.scoring import rows
+from schemas import raw
 from schemas import scored
 from serving import drift
 from serving import exports
@@ -78,6 +82,7 @@ class Settings:
   metadata: Dict         # the export's metadata.json
   batch_size: int
   codec: str
+  max_rejected_fraction: float
 
   @property
   def label_names(self):
@@ -101,8 +106,6 @@ def settings_from_args(args) -> Settings:
   """The flags checked and the model loaded before anything runs; a
   JobError names what is wrong."""
   try:
-    if args.batch_size < 1:
-      raise ValueError('--batch_size must be at least 1')
     partition = ('' if args.partition is None else
                  check_partition(args.partition))
     kept = parse_keep_fields(args.keep_fields)
@@ -111,8 +114,7 @@ def settings_from_args(args) -> Settings:
         args, format=fmt, label_field=None,
         keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
     export_dir = exports.resolve(args.model_dir)
-    # Loaded here to fail before the pipeline on an export that cannot be.
-    _, metadata = exports.load(export_dir)
+    metadata = exports.load_metadata(export_dir)
     check_kept_columns(kept, metadata['label_names'])
     by_field = kept_fields.schema(pattern, config)
     kept_schema = pa.schema([by_field.field(field).with_name(column)
@@ -124,6 +126,21 @@ def settings_from_args(args) -> Settings:
     raise cli.JobError(str(error)) from error
   return Settings(args.output_dir, partition, pattern, config, kept,
                   kept_schema, export_dir, metadata, args.batch_size,
-                  args.parquet_codec)
+                  args.parquet_codec, args.max_rejected_fraction)
+
+
+def preflight(settings: Settings) -> None:
+  """Before any worker starts: loads the export (to fail on one that cannot
+  be), reads the input's first records as the pipeline will, and scores the
+  acceptable ones; a JobError when none is acceptable, a ModelFailure when
+  the model fails on each."""
+  try:
+    signature, _ = exports.load(settings.export_dir)
+  except exports.ExportError as error:
+    raise cli.JobError(str(error)) from error
+  accepted = rejections.preflight(
+      settings.pattern, settings.read_config, lambda record: rows.reason_of(
+          record, settings.read_config.max_text_bytes, settings.kept_types))
+  inference.check_model(signature, [record[raw.TEXT] for record in accepted])
 
 

@@ -1,0 +1,134 @@
+"""Flags every entry point parses the same way: typed, range-checked, and
+nothing unknown let through.
+
+``Parser`` is argparse with ``@FILE`` argument files (one flag a line), no
+abbreviations (``--keep`` is not ``--keep_fields``), and every error as one
+``error: …`` line and exit status 2, before any work. ``parse`` refuses a
+flag that the entry point does not know, naming the closest one it does;
+a Beam job passes the flags it leaves to Beam through a check of Beam's own
+(``pipeline.jobs``). The ``type=`` helpers below refuse a value out of its
+range, ``nan`` and ``inf`` included, with the flag's name.
+"""
+import argparse
+import difflib
+import math
+import sys
+from typing import Callable, Iterable, List, NoReturn, Optional, Sequence
+
+EXIT_USAGE = 2
+
+
+class Parser(argparse.ArgumentParser):
+  """An ArgumentParser whose errors are one line and exit status 2."""
+
+  def __init__(self, description: Optional[str] = None, **kwargs):
+    kwargs.setdefault('fromfile_prefix_chars', '@')
+    super().__init__(description=description, allow_abbrev=False, **kwargs)
+    # Read by cli.main before the flags are parsed.
+    self.add_argument('--verbose', action='store_true',
+                      help='Log at DEBUG level, with the traceback of any '
+                      'failure.')
+
+  def error(self, message: str) -> NoReturn:
+    print(f'error: {message} (see --help)', file=sys.stderr)
+    sys.exit(EXIT_USAGE)
+
+  def flag_names(self) -> List[str]:
+    """Every flag of this parser and of its subcommands."""
+    names = []
+    for action in self._actions:
+      names.extend(action.option_strings)
+      if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
+        for subparser in action.choices.values():
+          names.extend(subparser.flag_names())
+    return names
+
+
+def unknown(flags: Sequence[str], known: Iterable[str]) -> Optional[str]:
+  """The error for the first of ``flags`` (command-line words) that is no
+  known flag, naming the closest known one; None when all are known."""
+  known = sorted(set(known))
+  for word in flags:
+    name = word.split('=', 1)[0]
+    if name in known:
+      continue
+    if not name.startswith('-'):
+      return f'unexpected argument {word!r}'
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f'; did you mean {close[0]}?' if close else ''
+    return f'unknown flag {name}{hint}'
+  return None
+
+
+def flag_words(words: Sequence[str]) -> List[str]:
+  """The flag words of a list of leftover arguments: a word that follows a
+  flag given without ``=`` is that flag's value, not a flag."""
+  return [word for index, word in enumerate(words)
+          if word.startswith('-') or index == 0 or
+          not words[index - 1].startswith('-') or '=' in words[index - 1]]
+
+
+def parse(parser: Parser, argv: Optional[Sequence[str]],
+          passes: Callable[[List[str]], Optional[str]] = None):
+  """``parser``'s flags from ``argv``, and the rest: each left-over flag
+  must be one ``passes`` accepts (it returns None, else the error), or the
+  run ends with one ``error:`` line. Without ``passes`` nothing is left
+  over."""
+  args, rest = parser.parse_known_args(argv)
+  problem = (passes(rest) if passes else
+             unknown(flag_words(rest), parser.flag_names()) if rest else None)
+  if problem:
+    parser.error(problem)
+  return args, rest
+
+
+def _number(kind: Callable, text: str):
+  try:
+    value = kind(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        f'{text!r} is not {"an integer" if kind is int else "a number"}'
+    ) from None
+  if not math.isfinite(value):
+    raise argparse.ArgumentTypeError(f'{text!r} is not a finite number')
+  return value
+
+
+def _bounds(low, high, low_open: bool, high_open: bool) -> str:
+  """An interval in words: '>= 1', '> 0', 'in [0, 1)'."""
+  if high is None:
+    return f'{">" if low_open else ">="} {low}'
+  if low is None:
+    return f'{"<" if high_open else "<="} {high}'
+  return (f'in {"(" if low_open else "["}{low}, {high}'
+          f'{")" if high_open else "]"}')
+
+
+def integer(minimum: int = None, maximum: int = None) -> Callable[[str], int]:
+  """An int ``type=`` within [minimum, maximum] (either bound optional)."""
+  def checked(text: str) -> int:
+    value = _number(int, text)
+    if (minimum is not None and value < minimum) or (
+        maximum is not None and value > maximum):
+      raise argparse.ArgumentTypeError(
+          f'must be {_bounds(minimum, maximum, False, False)}, not {text}')
+    return value
+  checked.__name__ = 'integer'
+  return checked
+
+
+def number(low: float = None, high: float = None, *, low_open: bool = False,
+           high_open: bool = False) -> Callable[[str], float]:
+  """A finite float ``type=`` within the interval from ``low`` to ``high``,
+  each end closed unless ``*_open``."""
+  def checked(text: str) -> float:
+    value = _number(float, text)
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (
+        value >= high if high_open else value > high)
+    if too_low or too_high:
+      raise argparse.ArgumentTypeError(
+          f'must be {_bounds(low, high, low_open, high_open)}, not {text}')
+    return value
+  checked.__name__ = 'number'
+  return checked

@@ -1,0 +1,212 @@
+"""When rejecting records means the run did not do its job.
+
+A few bad records are dead letters in a run that succeeds; a run that
+rejects more than ``--max_rejected_fraction`` of what it read publishes
+nothing and exits with its own status (``TooManyRejected``). Before a
+pipeline starts, ``preflight`` reads the input's first records on the
+launcher and stops the job in seconds when none of them would be accepted:
+a wrong ``--text_field``, ``--format`` or ``--encoding`` never costs an
+hour of workers writing dead letters. Both say why in one line: the top
+reasons with their counts and an example, and, when a field is missing,
+the fields the records do have.
+"""
+import codecs
+import collections
+import difflib
+import json
+import posixpath
+from typing import Callable, Dict, Iterable, List, Optional
+
+from apache_beam.io.filesystems import FileSystems
+
+import cli
+from cli import flags
+from pipeline import readers
+from schemas import raw
+from schemas import rejected
+
+# The records of the input the launcher checks before a pipeline starts.
+PREFLIGHT_RECORDS = 100
+# Reasons an error line names, most frequent first, and an example of each.
+_TOP_REASONS = 3
+_EXAMPLE_CHARS = 80
+# Dead letters read, at most, to find an example of each top reason.
+_EXAMPLE_SCAN = 100_000
+# The field a reason says is missing, and the flag that names it.
+_MISSING_FIELD_FLAGS = {rejected.MISSING_TEXT: 'text_field',
+                        rejected.MISSING_LABEL: 'label_field'}
+# Names a text field often has, for the hint when none is close to the flag.
+_TEXT_NAMES = ('text', 'body', 'content', 'review', 'message', 'sentence',
+               'document', 'comment', 'description')
+
+
+class TooManyRejected(cli.JobError):
+  """More of the input was rejected than the run accepts: nothing is
+  published, and the dead letters are kept for the operator."""
+  exit_status = cli.EXIT_TOO_MANY_REJECTED
+
+
+def add_budget_argument(parser: flags.Parser) -> None:
+  parser.add_argument(
+      '--max_rejected_fraction', type=flags.number(0, 1), default=0.1,
+      help='The share of the records read that may be rejected; a run over '
+      'it publishes nothing and exits with status '
+      f'{cli.EXIT_TOO_MANY_REJECTED}. 1 accepts any share.')
+
+
+def _reasons_line(by_reason: Dict[str, int],
+                  examples: Dict[str, str]) -> str:
+  top = sorted(by_reason.items(), key=lambda item: (-item[1], item[0]))
+  parts = []
+  for reason, count in top[:_TOP_REASONS]:
+    example = examples.get(reason)
+    parts.append(f'{reason} {count}' + (
+        f', e.g. {example[:_EXAMPLE_CHARS]!r}' if example else ''))
+  if len(top) > _TOP_REASONS:
+    parts.append(f'{len(top) - _TOP_REASONS} more reasons')
+  return '; '.join(parts)
+
+
+def field_hint(by_reason: Dict[str, int], config: readers.ReadConfig,
+               fields: Iterable[str]) -> str:
+  """', the records have fields a, b — is --text_field=b meant?' when the
+  most frequent reason is a missing field and the records' fields are
+  known; '' otherwise."""
+  fields = list(dict.fromkeys(fields))
+  if not by_reason or not fields:
+    return ''
+  reason = max(by_reason, key=by_reason.get)
+  flag = _MISSING_FIELD_FLAGS.get(reason)
+  if not flag:
+    return ''
+  wanted = getattr(config, flag) or ''
+  close = difflib.get_close_matches(wanted, fields, n=1, cutoff=0.5)
+  if not close and flag == 'text_field':
+    close = [name for name in fields if name.lower() in _TEXT_NAMES][:1]
+  meant = f' — is --{flag}={close[0]} meant?' if close else ''
+  return f'; the records have fields {", ".join(fields)}{meant}'
+
+
+# Byte order marks, longest first, and the encoding each one starts.
+_BYTE_ORDER_MARKS = ((codecs.BOM_UTF32_LE, 'utf-32'), (codecs.BOM_UTF32_BE,
+                                                       'utf-32'),
+                     (codecs.BOM_UTF16_LE, 'utf-16'), (codecs.BOM_UTF16_BE,
+                                                       'utf-16'),
+                     (codecs.BOM_UTF8, 'utf-8-sig'))
+# Reasons a wrong --format or --encoding gives every record.
+_MISREAD = (rejected.MALFORMED_RECORD, rejected.MISSING_TEXT,
+            rejected.UNDECODABLE_TEXT, rejected.EMPTY_TEXT)
+
+
+def input_hint(by_reason: Dict[str, int], pattern: str,
+               config: readers.ReadConfig) -> str:
+  """' — is --format=jsonl meant?' when the first file's extension names
+  another format than the one read; ' — is --encoding=utf-16 meant?' when
+  it starts with another encoding's byte order mark; '' otherwise."""
+  if not by_reason or max(by_reason, key=by_reason.get) not in _MISREAD:
+    return ''
+  paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+  if not paths:
+    return ''
+  named = readers.format_of(paths[0])
+  if named and named != config.format:
+    return (f'; {posixpath.basename(paths[0])} is named like {named}, not '
+            f'{config.format} — is --format={named} meant?')
+  with FileSystems.open(paths[0]) as handle:
+    head = handle.read(4)
+  for mark, encoding in _BYTE_ORDER_MARKS:
+    if head.startswith(mark) and codecs.lookup(encoding).name != codecs.lookup(
+        config.encoding).name:
+      return (f'; {posixpath.basename(paths[0])} starts with a {encoding} '
+              f'byte order mark — is --encoding={encoding} meant?')
+  return ''
+
+
+def _fields_of(sample: List[Dict]) -> List[str]:
+  names = []
+  for record in sample:
+    names.extend(record.get(raw.FIELDS, ()))
+  return names
+
+
+def diagnosis(pattern: str, config: readers.ReadConfig,
+              by_reason: Dict[str, int], examples: Dict[str, str]) -> str:
+  """The reasons with their counts and examples, and the fields the input's
+  first records have when a field is missing."""
+  hint = input_hint(by_reason, pattern, config)
+  if not hint and any(reason in _MISSING_FIELD_FLAGS for reason in by_reason):
+    sample = readers.sample(pattern, config, PREFLIGHT_RECORDS)
+    hint = field_hint(by_reason, config, _fields_of(sample))
+  return _reasons_line(by_reason, examples) + hint
+
+
+def examples_of(dead_letter_dir: str, reasons: Iterable[str]) -> Dict[str, str]:
+  """A snippet of one dead letter of each of ``reasons``, read from the
+  job's dead-letter files."""
+  wanted, found, scanned = set(reasons), {}, 0
+  pattern = posixpath.join(dead_letter_dir, f'{rejected.FILE_PREFIX}-*')
+  matches = FileSystems.match([pattern])[0].metadata_list
+  for path in sorted(m.path for m in matches):
+    with FileSystems.open(path) as handle:
+      for line in handle:
+        letter = json.loads(line)
+        if letter[rejected.REASON] in wanted - set(found):
+          found[letter[rejected.REASON]] = letter[rejected.SNIPPET]
+        scanned += 1
+        if set(found) >= wanted or scanned >= _EXAMPLE_SCAN:
+          return found
+  return found
+
+
+def over_budget(read: int, by_reason: Dict[str, int], max_fraction: float,
+                pattern: str, config: readers.ReadConfig,
+                dead_letter_dir: str) -> Optional[str]:
+  """Why the run rejected too much (the first part of its error line), or
+  None when it is within its budget."""
+  rejected_count = sum(by_reason.values())
+  if not read:
+    return (f'no record was read from {pattern}: the files it matches are '
+            'empty')
+  if rejected_count <= max_fraction * read:
+    return None
+  return (f'{rejected_count} of {read} records rejected, more than '
+          f'--max_rejected_fraction={max_fraction:g} allows ('
+          + diagnosis(pattern, config, by_reason,
+                      examples_of(dead_letter_dir, by_reason)) + ')')
+
+
+def check_budget(tally, max_fraction: float, pattern: str,
+                 config: readers.ReadConfig, output) -> None:
+  """TooManyRejected when a run's tally (``records.Tally``) is over its
+  budget; its dead letters are kept (``output.keep``, a StagedOutput) where
+  the error line says."""
+  problem = over_budget(tally.read, tally.rejected_by_reason, max_fraction,
+                        pattern, config,
+                        posixpath.join(output.staging_dir, rejected.DIR))
+  if problem:
+    raise TooManyRejected(
+        f'{problem}; nothing was published; the dead letters are in '
+        f'{output.keep(rejected.DIR)}')
+
+
+def preflight(pattern: str, config: readers.ReadConfig,
+              reason_of: Callable[[Dict], Optional[str]]) -> List[Dict]:
+  """The input's first records that the job would accept (``reason_of``
+  gives None); a JobError when there are records and none would be."""
+  sample = readers.sample(pattern, config, PREFLIGHT_RECORDS)
+  reasons = [reason_of(record) for record in sample]
+  accepted = [record for record, reason in zip(sample, reasons)
+              if not reason]
+  if sample and not accepted:
+    by_reason = collections.Counter(reasons)
+    examples = {}
+    for record, reason in zip(sample, reasons):
+      examples.setdefault(reason, record.get(raw.SNIPPET) or
+                          record.get(raw.TEXT) or '')
+    raise cli.JobError(
+        f'none of the first {len(sample)} records of {pattern} would be '
+        'accepted, so the job did not start ('
+        + _reasons_line(dict(by_reason), examples)
+        + (input_hint(by_reason, pattern, config) or
+           field_hint(by_reason, config, _fields_of(sample))) + ')')
+  return accepted
