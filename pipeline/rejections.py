@@ -35,9 +35,14 @@ _EXAMPLE_SCAN = 100_000
 # The field a reason says is missing, and the flag that names it.
 _MISSING_FIELD_FLAGS = {rejected.MISSING_TEXT: 'text_field',
                         rejected.MISSING_LABEL: 'label_field'}
-# Names a text field often has, for the hint when none is close to the flag.
-_TEXT_NAMES = ('text', 'body', 'content', 'review', 'message', 'sentence',
-               'document', 'comment', 'description')
+# Names a text or label field often has, for the hint when none is close to
+# the flag's.
+_USUAL_NAMES = {
+    'text_field': ('text', 'body', 'content', 'review', 'message', 'sentence',
+                   'document', 'comment', 'description'),
+    'label_field': ('label', 'labels', 'class', 'category', 'target', 'tag',
+                    'sentiment'),
+}
 
 
 class TooManyRejected(cli.JobError):
@@ -80,9 +85,8 @@ def field_hint(by_reason: Dict[str, int], config: readers.ReadConfig,
   if not flag:
     return ''
   wanted = getattr(config, flag) or ''
-  close = difflib.get_close_matches(wanted, fields, n=1, cutoff=0.5)
-  if not close and flag == 'text_field':
-    close = [name for name in fields if name.lower() in _TEXT_NAMES][:1]
+  close = difflib.get_close_matches(wanted, fields, n=1, cutoff=0.5) or [
+      name for name in fields if name.lower() in _USUAL_NAMES[flag]][:1]
   meant = f' — is --{flag}={close[0]} meant?' if close else ''
   return f'; the records have fields {", ".join(fields)}{meant}'
 

@@ -72,13 +72,16 @@ def run_module(module, *args, timeout=600):
 def main_in_process(monkeypatch, capsys, run, *args):
   """Runs a job's ``run`` as ``python -m`` runs it, through ``cli.main``, in
   this process, which has TF and Beam imported already. Returns the exit
-  status and what the job wrote to stderr."""
-  # main installs a SIGTERM handler; the test process keeps its own.
+  status (0 when it returned) and what the job wrote to stderr."""
+  # main installs signal handlers; the test process keeps its own.
   monkeypatch.setattr(signal, 'signal', lambda *_: None)
   monkeypatch.setattr(sys, 'argv', ['job', *map(str, args)])
-  with pytest.raises(SystemExit) as exit_info:
+  try:
     cli.main(run)
-  return exit_info.value.code, capsys.readouterr().err
+    status = 0
+  except SystemExit as exit_info:
+    status = exit_info.code
+  return status, capsys.readouterr().err
 
 
 def write_jsonl(path, rows):

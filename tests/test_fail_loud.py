@@ -1,0 +1,240 @@
+"""A run that did not do its job never ends in exit 0 or ``_SUCCESS``: an
+unknown flag, a wrong field, format or encoding, too many rejections, a
+broken model."""
+import os
+
+import pytest
+import tensorflow as tf
+
+import cli
+from pipeline import outputs
+from pipeline import score
+from pipeline.scoring import inference
+from schemas import rejected
+from schemas import serving
+from tests.conftest import Poisoned
+from tests.conftest import main_in_process
+from tests.conftest import run_module
+from tests.conftest import synthetic_reviews
+from tests.conftest import write_jsonl
+
+# Each entry point, its required flags, and a misspelled flag of its own.
+ENTRY_POINTS = {
+    'pipeline.score': (['--input=x', '--model_dir=m', '--output_dir=o'],
+                       '--keep_feilds=label:true_label', '--keep_fields'),
+    'pipeline.preprocess': (['--input=x', '--output_dir=o'],
+                            '--vocab_sise=100', '--vocab_size'),
+    'trainer.train': (['--data_dir=d', '--model_dir=m'], '--epohcs=3',
+                      '--epochs'),
+    'trainer.predict': (['--model_dir=m'], '--jsonn', '--json'),
+    'pipeline.datasets': (['fetch', 'imdb', '--dest=d'], '--cahce=c',
+                          '--cache'),
+}
+
+
+@pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
+def test_an_unknown_flag_ends_every_entry_point_naming_the_closest(module):
+  required, typo, meant = ENTRY_POINTS[module]
+  process = run_module(module, *required, typo, timeout=120)
+  assert process.returncode == cli.EXIT_JOB_ERROR
+  errors = [line for line in process.stderr.splitlines()
+            if line.startswith('error:')]
+  assert errors == [f'error: unknown flag {typo.split("=")[0]}; did you '
+                    f'mean {meant}? (see --help)']
+
+
+def test_beam_options_pass_and_bad_ones_are_refused():
+  args = ['--input=x', '--model_dir=m', '--output_dir=o']
+  _, pipeline_args = score.parse_args(args + [
+      '--runner=DirectRunner', '--direct_num_workers=2', '--project=p',
+      '--s3_endpoint_url=http://127.0.0.1:9', '--dask_client_address=h:1'])
+  assert len(pipeline_args) == 5
+  for bad in ('--direct_running_mode=bogus', '--runner=NoSuchRunner',
+              'stray', '--direct_num_workerz=2'):
+    with pytest.raises(SystemExit) as exit_info:
+      score.parse_args(args + [bad])
+    assert exit_info.value.code == cli.EXIT_JOB_ERROR
+
+
+def tree(folder):
+  """Every file under ``folder`` with its bytes."""
+  found = {}
+  for root, _, names in os.walk(folder):
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, 'rb') as handle:
+        found[os.path.relpath(path, folder)] = handle.read()
+  return found
+
+
+@pytest.fixture
+def published(trained, tmp_path):
+  """A partition dt=1 scored once, and its files: what a failed rerun must
+  leave byte for byte."""
+  model_dir, _, _ = trained
+  corpus = write_jsonl(tmp_path / 'good.jsonl', synthetic_reviews(40, 21))
+  output = tmp_path / 'scores'
+  score.run([f'--input={corpus}', f'--model_dir={model_dir}',
+             f'--output_dir={output}', '--partition=dt=1'])
+  return output, tree(output)
+
+
+def rerun(monkeypatch, capsys, trained, published, corpus, *extra):
+  """Scores ``corpus`` into the published partition as ``python -m``
+  would; returns (status, the error lines)."""
+  model_dir, _, _ = trained
+  status, stderr = main_in_process(
+      monkeypatch, capsys, score.run, f'--input={corpus}',
+      f'--model_dir={model_dir}', f'--output_dir={published[0]}',
+      '--partition=dt=1', *extra)
+  return status, [line for line in stderr.splitlines()
+                  if line.startswith('error:')]
+
+
+def write_lines(path, lines, encoding='utf-8'):
+  with open(path, 'w', encoding=encoding) as out:
+    out.writelines(line + '\n' for line in lines)
+  return path
+
+
+@pytest.mark.parametrize('corpus, flags, message', [
+    (lambda d: write_jsonl(d / 'in.jsonl', synthetic_reviews(30, 22)),
+     ['--text_field=body'], 'is --text_field=text meant?'),
+    (lambda d: write_jsonl(d / 'in.jsonl', synthetic_reviews(30, 22)),
+     ['--format=csv'], 'is --format=jsonl meant?'),
+    (lambda d: write_lines(d / 'in.jsonl', [
+        '{"id": "u%d", "text": "a fine film"}' % i for i in range(30)],
+                           encoding='utf-16'),
+     [], 'is --encoding=utf-16 meant?'),
+    (lambda d: write_lines(d / 'in.csv', ['id,body'] + [
+        f'{i},a fine film' for i in range(30)]),
+     [], 'the records have fields id, body — is --text_field=body meant?'),
+], ids=['wrong-field', 'wrong-format', 'wrong-encoding', 'csv-no-column'])
+def test_input_nothing_of_which_is_accepted_stops_before_the_pipeline(
+    trained, published, tmp_path, monkeypatch, capsys, corpus, flags,
+    message):
+  status, errors = rerun(monkeypatch, capsys, trained, published,
+                         corpus(tmp_path), *flags)
+  assert status == cli.EXIT_JOB_ERROR
+  assert len(errors) == 1 and 'so the job did not start' in errors[0]
+  assert message in errors[0]
+  assert tree(published[0]) == published[1]
+
+
+def test_a_preprocessing_run_with_a_wrong_field_stops_before_the_pipeline(
+    tmp_path, monkeypatch, capsys):
+  from pipeline import preprocess  # pylint: disable=import-outside-toplevel
+  corpus = write_jsonl(tmp_path / 'in.jsonl', synthetic_reviews(30, 23))
+  status, stderr = main_in_process(
+      monkeypatch, capsys, preprocess.run, f'--input={corpus}',
+      f'--output_dir={tmp_path}/out', '--label_field=sentiment')
+  assert status == cli.EXIT_JOB_ERROR
+  assert 'missing_label 30' in stderr
+  assert 'is --label_field=label meant?' in stderr
+  assert not (tmp_path / 'out').exists()
+
+
+def some_empty(count, empty, seed):
+  """``count`` reviews, the first ``empty`` of them blank: rejected, but
+  not enough of the first hundred to stop the preflight."""
+  rows = synthetic_reviews(count, seed)
+  for row in rows[:empty]:
+    row['text'] = ' '
+  return rows
+
+
+def test_a_run_over_its_rejection_budget_publishes_nothing(
+    trained, published, tmp_path, monkeypatch, capsys):
+  corpus = write_jsonl(tmp_path / 'in.jsonl', some_empty(50, 10, 24))
+  status, errors = rerun(monkeypatch, capsys, trained, published, corpus)
+  assert status == cli.EXIT_TOO_MANY_REJECTED
+  assert len(errors) == 1
+  assert errors[0].startswith(
+      'error: 10 of 50 records rejected, more than '
+      '--max_rejected_fraction=0.1 allows (empty_text 10, e.g. ')
+  kept = errors[0].rsplit('the dead letters are in ', 1)[1]
+  letters = []
+  for name in os.listdir(kept):
+    with open(os.path.join(kept, name), encoding='utf-8') as handle:
+      letters.extend(handle)
+  assert len(letters) == 10
+  assert tree(published[0]) == published[1]
+  # Exactly its share is within the budget; the next publish clears what
+  # the failed run kept.
+  status, errors = rerun(monkeypatch, capsys, trained, published, corpus,
+                         '--max_rejected_fraction=0.2')
+  assert (status, errors) == (0, [])
+  assert os.path.exists(published[0] / 'dt=1' / outputs.SUCCESS_MARKER)
+  assert not os.path.exists(kept)
+
+
+class BrokenHandler(inference.RawTextModelHandler):
+  """The real model, raising on every call."""
+
+  def load_model(self):
+    return Poisoned(super().load_model(), '')
+
+
+class PoisonedHandler(inference.RawTextModelHandler):
+  """The real model, raising on any call with a document of 'poison'."""
+
+  def load_model(self):
+    return Poisoned(super().load_model(), 'poison')
+
+
+def test_a_model_that_fails_on_every_batch_stops_the_job(
+    trained, published, tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(inference, 'RawTextModelHandler', BrokenHandler)
+  corpus = write_jsonl(tmp_path / 'in.jsonl', synthetic_reviews(60, 25))
+  status, errors = rerun(monkeypatch, capsys, trained, published, corpus,
+                         '--batch_size=20')
+  assert status == cli.EXIT_MODEL_FAILED
+  assert errors == [
+      f'error: {inference.MODEL_FAILED} 9 documents of a batch, each alone '
+      '(more than the 8 a poison document explains): ValueError: poisoned '
+      'batch']
+  assert tree(published[0]) == published[1]
+
+
+def test_one_poison_document_is_one_dead_letter_of_a_successful_run(
+    trained, published, tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(inference, 'RawTextModelHandler', PoisonedHandler)
+  rows = synthetic_reviews(60, 26)
+  rows[17]['text'] += ' poison'
+  corpus = write_jsonl(tmp_path / 'in.jsonl', rows)
+  status, errors = rerun(monkeypatch, capsys, trained, published, corpus,
+                         '--batch_size=20')
+  assert (status, errors) == (0, [])
+  manifest = outputs.read_json(
+      str(published[0] / 'dt=1' / '_manifest.json'))
+  assert manifest['counts']['rejected_by_reason'] == {
+      rejected.INFERENCE_FAILED: 1}
+
+
+class RaisingClassifier(tf.Module):
+  """An export's serving signature that fails on any input."""
+
+  @tf.function(input_signature=[
+      tf.TensorSpec([None], tf.string, name=serving.TEXT)])
+  def classify(self, text):
+    tf.debugging.assert_equal(tf.size(text), -1, message='broken export')
+    return {serving.PROBABILITIES: tf.zeros([tf.size(text), 2])}
+
+
+def test_an_export_that_fails_on_every_document_stops_before_the_pipeline(
+    trained, published, tmp_path, monkeypatch, capsys):
+  export, module = tmp_path / 'broken', RaisingClassifier()
+  tf.saved_model.save(module, str(export),
+                      signatures={serving.SIGNATURE: module.classify})
+  (export / 'assets.extra').mkdir()
+  (export / serving.METADATA_FILE).write_text(
+      '{"label_names": ["neg", "pos"], "version": 1}')
+  corpus = write_jsonl(tmp_path / 'in.jsonl', synthetic_reviews(30, 27))
+  status, stderr = main_in_process(
+      monkeypatch, capsys, score.run, f'--input={corpus}',
+      f'--model_dir={export}', f'--output_dir={published[0]}',
+      '--partition=dt=1')
+  assert status == cli.EXIT_MODEL_FAILED
+  assert 'each of the first 9 documents of the input, so the job did not '\
+      'start' in stderr and 'broken export' in stderr
+  assert tree(published[0]) == published[1]
