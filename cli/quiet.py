@@ -11,8 +11,10 @@ Those lines go through absl's logging before TensorFlow applies
 ``TF_CPP_MIN_LOG_LEVEL``, so the variable cannot hide them, and
 ``CUDA_VISIBLE_DEVICES`` does not either. So, where no GPU is present, this
 module loads TensorFlow and lets it look for devices with the process's
-standard error captured, then passes on every line but those about CUDA.
-With a GPU nothing is filtered: there such a line says why it goes unused.
+standard error captured, then passes on every line but those about CUDA
+and absl's INFO lines (``I0000 … oneDNN custom operations are on``), which
+the level below hides from then on. With a GPU nothing is filtered: there
+such a line says why it goes unused.
 
 It also makes ``TF_CPP_MIN_LOG_LEVEL`` default to 1 (TensorFlow's INFO lines
 off, its warnings and errors kept). A level the user set wins; at 0 nothing
@@ -29,6 +31,9 @@ from typing import Callable
 _LEVEL = 'TF_CPP_MIN_LOG_LEVEL'
 # TensorFlow's search for CUDA, and absl's notice before its first line.
 _CUDA_NOISE = re.compile(r'cuda|absl::InitializeLog', re.IGNORECASE)
+# An INFO line of absl's (oneDNN's notice among them), which TensorFlow
+# writes while it loads, before it applies TF_CPP_MIN_LOG_LEVEL.
+_INFO_LINE = re.compile(r'I\d{4} \d\d:\d\d:\d\d')
 
 
 def has_gpu() -> bool:
@@ -58,11 +63,15 @@ def _stderr_without(drop: Callable[[str], bool]):
       sys.stderr.flush()
 
 
+def _noise(line: str) -> bool:
+  return bool(_CUDA_NOISE.search(line) or _INFO_LINE.match(line))
+
+
 def load_tensorflow() -> None:
   os.environ.setdefault(_LEVEL, '1')
   if os.environ[_LEVEL] == '0' or has_gpu() or 'tensorflow' in sys.modules:
     return
-  with _stderr_without(_CUDA_NOISE.search):
+  with _stderr_without(_noise):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     # Makes TensorFlow try CUDA now rather than at its first operation.
     tf.config.list_physical_devices('GPU')

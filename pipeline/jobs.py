@@ -2,6 +2,7 @@
 pipeline."""
 import argparse
 import importlib
+import logging
 from typing import Callable, List, Optional, Sequence
 
 import apache_beam as beam
@@ -18,6 +19,18 @@ from cli import flags
 # falls back to for batch pipelines, so it is our default. Any --runner given
 # on the command line wins.
 DEFAULT_RUNNER = 'FnApiRunner'
+
+
+class _WithoutEmptySinkNotice(logging.Filter):
+  """Drops Beam's warning that a file sink finalized no shard: the dead
+  letters' sink writes none (``skip_if_empty``) in a run that rejected
+  nothing, which is no news."""
+
+  def filter(self, record):
+    return not record.getMessage().startswith('No shards found to finalize')
+
+
+_SINK_LOGGER = logging.getLogger('apache_beam.io.filebasedsink')
 
 
 class _BeamFlagError(Exception):
@@ -104,6 +117,9 @@ def run_pipeline(pipeline_args: List[str],
                  build: Callable[[beam.Pipeline], None]):
   """Builds a pipeline with ``build`` and runs it to the end; returns the
   runner's result, whose metrics the job may report."""
+  if not any(isinstance(f, _WithoutEmptySinkNotice)
+             for f in _SINK_LOGGER.filters):
+    _SINK_LOGGER.addFilter(_WithoutEmptySinkNotice())
   pipeline = beam.Pipeline(options=pipeline_options(pipeline_args))
   build(pipeline)
   result = pipeline.run()

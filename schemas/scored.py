@@ -34,9 +34,12 @@ FILE_PATTERN = f'{FILE_PREFIX}-*{FILE_SUFFIX}'
 
 
 def probability_column(label_name: str) -> str:
-  """A label's probability column, named so that SQL needs no quoting."""
+  """A label's probability column, named so that SQL needs no quoting:
+  lower case, letters and digits of any script kept, runs of anything else
+  as ``_``; a label of none of those (emoji) by its code points."""
+  name = re.sub(r'[\W_]+', '_', label_name.lower()).strip('_')
   return PROBABILITY_PREFIX + (
-      re.sub(r'[^0-9a-z]+', '_', label_name.lower()).strip('_') or 'blank')
+      name or '_'.join(f'u{ord(char):x}' for char in label_name) or 'blank')
 
 
 def probability_columns(label_names: List[str]) -> List[str]:

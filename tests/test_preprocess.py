@@ -454,3 +454,14 @@ def test_a_full_disk_is_one_error_line_and_keeps_the_previous_output(
   assert last.startswith('error: ') and 'No space left on device' in last
   assert os.listdir(output) == ['previous']
   assert not [p for p in os.listdir(tmp_path) if 'staging' in p]
+
+
+def test_a_file_where_the_output_folder_goes_is_never_replaced(tmp_path):
+  write_jsonl(tmp_path / 'in.jsonl', good_rows(6, 'train'))
+  report = tmp_path / 'report.csv'
+  report.write_text('a user file')
+  for extra in ((), ('--overwrite',)):
+    with pytest.raises(cli.JobError, match='is a file'):
+      preprocess.run([f'--input={tmp_path}/in.jsonl',
+                      f'--output_dir={report}', *extra])
+  assert report.read_text() == 'a user file'

@@ -440,8 +440,18 @@ def test_job_level_faults(trained, tmp_path):
                                     '--partition=../up'),
       'needs named fields': score_args(tmp_path / 'notes.txt', model_dir,
                                        output_dir, '--keep_fields=x'),
-      'has the name of an output column': score_args(
+      "takes the name of the output column 'id'": score_args(
           corpus, model_dir, output_dir, '--keep_fields=id'),
+      "takes the name of the output column 'label'": score_args(
+          corpus, model_dir, output_dir, '--keep_fields=stars:Label'),
+      "'probability_pos'.*use --keep_fields=stars:input_Probability_Pos": (
+          score_args(corpus, model_dir, output_dir,
+                     '--keep_fields=stars:Probability_Pos')),
+      "takes the name of the output column 'dt'": score_args(
+          corpus, model_dir, output_dir, '--keep_fields=stars:DT',
+          '--partition=dt=2026-11-21'),
+      "two kept fields named 'stars'": score_args(
+          corpus, model_dir, output_dir, '--keep_fields=stars,id:Stars'),
       # Its dead letters would be read back by every rerun.
       'is inside the input': score_args(tmp_path / '**' / '*.jsonl',
                                         model_dir, output_dir),
@@ -563,11 +573,11 @@ def test_a_partition_flag_never_replaces_what_it_should_not(trained,
   corpus = tmp_path / 'corpus.jsonl'
   write_jsonl(corpus, corpus_rows(20, 11))
   output_dir = tmp_path / 'scores'
-  for partition in ('dt=4', 'dt=5/hour=01', 'dt=5/hour=02'):
+  for partition in ('dt=4/hour=00', 'dt=5/hour=01', 'dt=5/hour=02'):
     score.run(score_args(corpus, model_dir, output_dir,
                          f'--partition={partition}'))
-  (output_dir / 'dt=6').mkdir()
-  (output_dir / 'dt=6' / 'notes.txt').write_text('not ours')
+  (output_dir / 'dt=6' / 'hour=00').mkdir(parents=True)
+  (output_dir / 'dt=6' / 'hour=00' / 'notes.txt').write_text('not ours')
 
   def tree():
     return sorted(os.path.relpath(os.path.join(folder, name), output_dir)
@@ -577,8 +587,10 @@ def test_a_partition_flag_never_replaces_what_it_should_not(trained,
   for partition, message in (('', 'bad --partition'),
                              (' ', 'bad --partition'),
                              ('\n', 'bad --partition'),
-                             ('dt=5', 'holds other outputs.*--overwrite'),
-                             ('dt=6', 'not an output of this job.*'
+                             # Daily beside hourly: DuckDB reads neither.
+                             ('dt=5', 'would mix layouts'),
+                             ('day=7/hour=00', 'would mix layouts'),
+                             ('dt=6/hour=00', 'not an output of this job.*'
                               '--overwrite')):
     with pytest.raises(cli.JobError, match=message):
       score.run(score_args(corpus, model_dir, output_dir,
@@ -587,10 +599,31 @@ def test_a_partition_flag_never_replaces_what_it_should_not(trained,
   with pytest.raises(cli.JobError, match='--overwrite'):
     score.run(score_args(corpus, model_dir, output_dir))
   assert tree() == before
-  score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=5',
-                       '--overwrite'))
-  assert not (output_dir / 'dt=5' / 'hour=01').exists()
-  assert len(pd.read_parquet(output_dir / 'dt=5')) == 20
+  score.run(score_args(corpus, model_dir, output_dir,
+                       '--partition=dt=6/hour=00', '--overwrite'))
+  assert not (output_dir / 'dt=6' / 'hour=00' / 'notes.txt').exists()
+  assert len(pd.read_parquet(output_dir / 'dt=6' / 'hour=00')) == 20
+  # An output without partitions takes none beside it.
+  score.run(score_args(corpus, model_dir, tmp_path / 'flat'))
+  with pytest.raises(cli.JobError, match='without partitions'):
+    score.run(score_args(corpus, model_dir, tmp_path / 'flat',
+                         '--partition=dt=1'))
+
+
+def test_a_file_where_the_output_folder_goes_is_never_replaced(trained,
+                                                              tmp_path):
+  model_dir, _, _ = trained
+  corpus = write_jsonl(tmp_path / 'corpus.jsonl', corpus_rows(20, 12))
+  report = tmp_path / 'report.csv'
+  report.write_text('a user file')
+  (tmp_path / 'scores').mkdir()
+  (tmp_path / 'scores' / 'dt=1').write_text('another')
+  for output, extra in ((report, ()), (report, ('--overwrite',)),
+                        (tmp_path / 'scores', ('--partition=dt=1',))):
+    with pytest.raises(cli.JobError, match='is a file'):
+      score.run(score_args(corpus, model_dir, output, *extra))
+  assert report.read_text() == 'a user file'
+  assert (tmp_path / 'scores' / 'dt=1').read_text() == 'another'
 
 
 def start_scoring(args):

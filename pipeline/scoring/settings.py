@@ -1,11 +1,14 @@
 """The scoring job's flags, checked before anything runs, as ``Settings``."""
 import dataclasses
+import posixpath
 import re
 from typing import Dict, Tuple
 
+from apache_beam.io.filesystems import FileSystems
 import pyarrow as pa
 
 import cli
+from pipeline import outputs
 from pipeline import readers
 from pipeline import rejections
 from pipeline.scoring import inference
@@ -33,6 +36,29 @@ def check_partition(partition: str) -> str:
   return '/'.join(segments)
 
 
+def check_partition_layout(output_dir: str, partition: str) -> None:
+  """ValueError when the output root holds finished outputs of another
+  layout than ``partition``'s: an unpartitioned output, or partitions of
+  other keys (dt=… beside dt=…/hour=…), which hive-style readers (DuckDB,
+  Spark) refuse to read together."""
+  if not partition:
+    return
+  markers = FileSystems.match([posixpath.join(
+      output_dir, '**', outputs.SUCCESS_MARKER)])[0].metadata_list
+  if FileSystems.exists(posixpath.join(output_dir, outputs.SUCCESS_MARKER)):
+    raise ValueError(f'{output_dir} is an output without partitions; a '
+                     f'--partition={partition} beside it would mix layouts')
+  wanted = partition_keys(partition)
+  for marker in markers:
+    existing = posixpath.dirname(posixpath.relpath(marker.path, output_dir))
+    if partition_keys(existing) != wanted:
+      raise ValueError(
+          f'{output_dir} holds partitions such as {existing}, keyed '
+          f'{"/".join(partition_keys(existing)) or "otherwise"}; '
+          f'--partition={partition} (keyed {"/".join(wanted) or "otherwise"})'
+          ' would mix layouts that hive-style readers cannot read together')
+
+
 # Kept fields: (input field, output column) pairs.
 KeptColumns = Tuple[Tuple[str, str], ...]
 # The column suggested for a kept field that clashes with an output column.
@@ -50,23 +76,37 @@ def parse_keep_fields(spec: str) -> KeptColumns:
       raise ValueError(f'bad --keep_fields item {item!r}: use field or '
                        'field:column')
     pairs.append((field, column or field))
-  columns = [column for _, column in pairs]
+  # Column names compare without case, as SQL engines compare them.
+  columns = [column.casefold() for _, column in pairs]
   doubled = sorted({column for column in columns if columns.count(column) > 1})
   if doubled:
-    raise ValueError(f'--keep_fields: two kept fields named {doubled[0]!r}')
+    raise ValueError(f'--keep_fields: two kept fields named {doubled[0]!r} '
+                     '(column names compare without case)')
   return tuple(pairs)
 
 
-def check_kept_columns(kept: KeptColumns, label_names) -> None:
+def partition_keys(partition: str) -> Tuple[str, ...]:
+  """The hive keys of a partition path: ('dt', 'hour') for
+  dt=2026-11-21/hour=03; a segment without ``=`` names no key."""
+  return tuple(segment.split('=', 1)[0] for segment in partition.split('/')
+               if '=' in segment)
+
+
+def check_kept_columns(kept: KeptColumns, label_names,
+                       partition: str) -> None:
   """ValueError, suggesting a rename, for a kept field that would take the
-  name of a column the job writes."""
-  taken = set(scored.output_columns(label_names))
+  name of a column the job writes, or of a partition key (which hive-style
+  readers add as a column), compared without case."""
+  taken = {name.casefold(): name for name in (
+      *scored.output_columns(label_names), *partition_keys(partition))}
   for field, column in kept:
-    if column in taken:
-      rename = _RENAMES.get(column, f'input_{column}')
+    if column.casefold() in taken:
+      name = taken[column.casefold()]
+      rename = _RENAMES.get(name, f'input_{column}')
       raise ValueError(
-          f'kept field {column!r} has the name of an output column; keep it '
-          f'under another name: use --keep_fields={field}:{rename}')
+          f'kept field {column!r} takes the name of the output column '
+          f'{name!r} (column names compare without case); keep it under '
+          f'another name: use --keep_fields={field}:{rename}')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +148,7 @@ def settings_from_args(args) -> Settings:
   try:
     partition = ('' if args.partition is None else
                  check_partition(args.partition))
+    check_partition_layout(args.output_dir, partition)
     kept = parse_keep_fields(args.keep_fields)
     pattern, fmt = readers.resolve_input(args.input, args.format)
     config = readers.read_config_from_args(
@@ -115,7 +156,7 @@ def settings_from_args(args) -> Settings:
         keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
     export_dir = exports.resolve(args.model_dir)
     metadata = exports.load_metadata(export_dir)
-    check_kept_columns(kept, metadata['label_names'])
+    check_kept_columns(kept, metadata['label_names'], partition)
     by_field = kept_fields.schema(pattern, config)
     kept_schema = pa.schema([by_field.field(field).with_name(column)
                              for field, column in kept])
