@@ -54,6 +54,10 @@ def has_visible_text(text: str) -> bool:
   """Whether anything is left once normalization removes HTML tags: a
   document of only ``<br />`` or zero-width characters would be scored as
   an empty one, with the same answer whatever it was."""
+  stripped = text.lstrip()
+  if stripped and stripped[0] != '<' and unicodedata.category(
+      stripped[0]) != 'Cf':
+    return True  # what most texts start with: a visible character
   return any(not char.isspace() and unicodedata.category(char) != 'Cf'
              for char in _HTML_TAG.sub(' ', text))
 

@@ -38,10 +38,9 @@ from schemas import scored
 from serving import length_groups
 
 _CODECS = ('zstd', 'snappy', 'gzip', 'none')
-# One writer buffers this much before it writes a row group: row groups of
-# tens of MB read well in DuckDB, Spark and BigQuery without making every
-# worker hold a large buffer.
-_ROW_GROUP_BYTES = 32 << 20
+# Documents a row group of the output: tens of MB, which read well in
+# DuckDB, Spark and BigQuery without making every worker hold much.
+_ROWS_PER_GROUP = 100_000
 # Everything a partition holds; anything else staged is not published, and
 # no file of it may match the input pattern.
 LAYOUT = outputs.Layout(
@@ -94,17 +93,16 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
           records.REJECTED, records.STATS, main='documents')
   predictions = checked.documents | 'Score' >> RunInference(
       inference.RawTextModelHandler(settings.export_dir, settings.batch_size))
-  scored_rows = predictions | 'ToRows' >> beam.ParDo(rows.ToRows(
-      settings.label_names, settings.metadata['version'], settings.kept,
-      settings.confidence_edges)).with_outputs(
+  schema = scored.arrow_schema(settings.label_names, settings.kept_schema)
+  scored_rows = predictions | 'ToArrow' >> beam.ParDo(rows.ToArrow(
+      schema, settings.label_names, settings.metadata['version'],
+      settings.kept, settings.confidence_edges,
+      _ROWS_PER_GROUP)).with_outputs(
           records.REJECTED, records.STATS, main='rows')
 
-  _ = scored_rows.rows | 'WriteParquet' >> beam.io.WriteToParquet(
-      posixpath.join(staging, scored.FILE_PREFIX),
-      schema=scored.arrow_schema(settings.label_names, settings.kept_schema),
-      codec=settings.codec,
-      row_group_buffer_size=_ROW_GROUP_BYTES,
-      file_name_suffix=scored.FILE_SUFFIX)
+  _ = scored_rows.rows | 'WriteParquet' >> beam.io.WriteToParquetBatched(
+      posixpath.join(staging, scored.FILE_PREFIX), schema=schema,
+      codec=settings.codec, file_name_suffix=scored.FILE_SUFFIX)
   _ = ((checked[records.REJECTED], scored_rows[records.REJECTED])
        | 'AllRejected' >> beam.Flatten()
        | 'Rejected' >> records.WriteDeadLetters(

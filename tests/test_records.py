@@ -1,8 +1,13 @@
 """Record checks and the counts every job reconciles before publishing."""
+import re
+import unicodedata
+
 import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
+import hypothesis
+from hypothesis import strategies as st
 import pytest
 
 import cli
@@ -69,3 +74,16 @@ def test_count_duplicate_ids_counts_repeated_ids_and_their_extra_rows():
     # a twice beyond its first, b and é once each.
     assert_that(counts, equal_to([{(records.DUPLICATE, 'ids'): 3,
                                    (records.DUPLICATE, 'rows'): 4}]))
+
+
+def visible_the_slow_way(text):
+  return any(not char.isspace() and unicodedata.category(char) != 'Cf'
+             for char in re.sub(raw.HTML_TAG, ' ', text))
+
+
+@hypothesis.settings(max_examples=300, deadline=None, database=None)
+@hypothesis.given(st.text(alphabet=st.sampled_from(
+    [' ', '\t', '\n', '\u200b', '\ufeff', '<', '>', '/', 'b', 'r', 'é',
+     '3', '\u00a0'])))
+def test_visible_text_is_what_is_left_without_tags(text):
+  assert records.has_visible_text(text) == visible_the_slow_way(text)

@@ -1,8 +1,12 @@
 """The scoring job's per-document steps around the model: checking what
 was read, and turning what the model answered into Parquet rows."""
+import collections
 from typing import Dict, Optional, Sequence, Tuple
 
 from apache_beam.ml.inference.base import PredictionResult
+from apache_beam.transforms.window import GlobalWindows
+import numpy as np
+import pyarrow as pa
 
 from pipeline import records
 from pipeline.scoring import inference
@@ -16,6 +20,9 @@ NAMESPACE = 'score'
 # The Tally names of the partition's predicted labels and confidence bins.
 SCORED = 'scored'
 CONFIDENCE = 'confidence'
+# ToArrow's column of each document's probabilities, before it becomes a
+# column a label.
+_PROBABILITIES = 'probabilities'
 
 
 def reason_of(record: Dict, max_text_bytes: int, kept_types) -> Optional[str]:
@@ -46,18 +53,29 @@ class Validate(records.CountingDoFn):
       yield record
 
 
-class ToRows(records.CountingDoFn):
-  """Prediction results -> rows of the Parquet schema; a document the model
-  failed on -> a dead letter."""
+class ToArrow(records.CountingDoFn):
+  """Prediction results -> tables of the Parquet schema, one every
+  ``rows_per_table`` documents and one at the bundle's end (each a row group
+  of the output); a document the model failed on -> a dead letter.
 
-  def __init__(self, label_names: Sequence[str], model_version: int,
-               kept: Tuple[Tuple[str, str], ...],
-               confidence_edges: Sequence[float]):
+  Columns, not a row dict a document: Beam's row-wise Parquet sink would
+  build a dict a document only to take it apart again into columns.
+  """
+
+  def __init__(self, schema: pa.Schema, label_names: Sequence[str],
+               model_version: int, kept: Tuple[Tuple[str, str], ...],
+               confidence_edges: Sequence[float], rows_per_table: int):
     super().__init__(NAMESPACE)
-    self._columns = scored.probability_columns(label_names)
+    self._schema = schema
+    self._probability_columns = scored.probability_columns(label_names)
     self._model_version = model_version
     self._kept = kept
     self._edges = confidence_edges
+    self._rows_per_table = rows_per_table
+
+  def start_bundle(self):
+    super().start_bundle()
+    self._columns = collections.defaultdict(list)
 
   def process(self, result: PredictionResult):
     record, scores = result.example, result.inference
@@ -68,14 +86,31 @@ class ToRows(records.CountingDoFn):
     self.count_label(SCORED, scores.label)
     self.count_bin(CONFIDENCE, drift.confidence_bin(scores.confidence,
                                                     self._edges))
-    row: Dict = {
-        scored.ID: record[raw.ID],
-        scored.LABEL: scores.label,
-        scored.CONFIDENCE: scores.confidence,
-        scored.MODEL_VERSION: self._model_version,
-        scored.SCORED_AT: scores.scored_at,
-    }
-    row.update(zip(self._columns, scores.probabilities))
+    columns = self._columns
+    columns[scored.ID].append(record[raw.ID])
+    columns[scored.LABEL].append(scores.label)
+    columns[scored.CONFIDENCE].append(scores.confidence)
+    columns[_PROBABILITIES].append(scores.probabilities)
+    columns[scored.SCORED_AT].append(scores.scored_at)
     for field, column in self._kept:
-      row[column] = record[raw.KEPT][field]
-    yield row
+      columns[column].append(record[raw.KEPT][field])
+    if len(columns[scored.ID]) >= self._rows_per_table:
+      yield self._table()
+
+  def finish_bundle(self):
+    yield from super().finish_bundle()
+    if self._columns[scored.ID]:
+      yield GlobalWindows.windowed_value(self._table())
+
+  def _table(self) -> pa.Table:
+    columns, self._columns = self._columns, collections.defaultdict(list)
+    count = len(columns[scored.ID])
+    probabilities = np.array(columns.pop(_PROBABILITIES), np.float32).reshape(
+        count, len(self._probability_columns))
+    columns[scored.MODEL_VERSION] = np.full(count, self._model_version,
+                                            np.int64)
+    by_name = dict(zip(self._probability_columns, probabilities.T))
+    arrays = [pa.array(by_name[field.name] if field.name in by_name
+                       else columns[field.name], type=field.type)
+              for field in self._schema]
+    return pa.Table.from_arrays(arrays, schema=self._schema)
