@@ -168,9 +168,6 @@ def over_budget(read: int, by_reason: Dict[str, int], max_fraction: float,
   """Why the run rejected too much (the first part of its error line), or
   None when it is within its budget."""
   rejected_count = sum(by_reason.values())
-  if not read:
-    return (f'no record was read from {pattern}: the files it matches are '
-            'empty')
   if rejected_count <= max_fraction * read:
     return None
   return (f'{rejected_count} of {read} records rejected, more than '
@@ -183,7 +180,10 @@ def check_budget(tally, max_fraction: float, pattern: str,
                  config: readers.ReadConfig, output) -> None:
   """TooManyRejected when a run's tally (``records.Tally``) is over its
   budget; its dead letters are kept (``output.keep``, a StagedOutput) where
-  the error line says."""
+  the error line says. A JobError when nothing was read."""
+  if not tally.read:
+    raise cli.JobError(f'no record was read from {pattern}: the files it '
+                       'matches are empty; nothing was published')
   problem = over_budget(tally.read, tally.rejected_by_reason, max_fraction,
                         pattern, config,
                         posixpath.join(output.staging_dir, rejected.DIR))
@@ -198,6 +198,9 @@ def preflight(pattern: str, config: readers.ReadConfig,
   """The input's first records that the job would accept (``reason_of``
   gives None); a JobError when there are records and none would be."""
   sample = readers.sample(pattern, config, PREFLIGHT_RECORDS)
+  if not sample and readers.sample_covers(pattern):
+    raise cli.JobError(f'no record in {pattern}: the files it matches are '
+                       'empty, so the job did not start')
   reasons = [reason_of(record) for record in sample]
   accepted = [record for record, reason in zip(sample, reasons)
               if not reason]

@@ -238,3 +238,14 @@ def test_an_export_that_fails_on_every_document_stops_before_the_pipeline(
   assert 'each of the first 9 documents of the input, so the job did not '\
       'start' in stderr and 'broken export' in stderr
   assert tree(published[0]) == published[1]
+
+
+def test_an_empty_input_publishes_nothing(trained, published, tmp_path,
+                                          monkeypatch, capsys):
+  corpus = tmp_path / 'empty.jsonl'
+  corpus.write_text('\n\n')
+  status, errors = rerun(monkeypatch, capsys, trained, published, corpus)
+  assert status == cli.EXIT_JOB_ERROR
+  assert errors == [f'error: no record in {corpus}: the files it matches '
+                    'are empty, so the job did not start']
+  assert tree(published[0]) == published[1]

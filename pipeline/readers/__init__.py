@@ -27,12 +27,13 @@ from pipeline.readers.config import read_config_from_args
 from pipeline.readers.config import resolve_input
 from pipeline.readers.documents import read_document
 from pipeline.readers.sampling import sample
+from pipeline.readers.sampling import sample_covers
 
 # read_document is for bench/train.py, which reads corpora without Beam.
 __all__ = ('FORMATS', 'ReadConfig', 'ReaderError', 'ReadRecords',
            'add_reader_arguments', 'format_of', 'read_config_from_args',
            'read_document',
-           'resolve_input', 'sample')
+           'resolve_input', 'sample', 'sample_covers')
 
 _DESIRED_SPLIT_BYTES = 64 << 20
 _FILES_PER_READ = 100

@@ -27,6 +27,12 @@ def sample(pattern: str, config: config_lib.ReadConfig,
   return found
 
 
+def sample_covers(pattern: str) -> bool:
+  """Whether ``sample`` reads every file of ``pattern`` when it finds too
+  few records: an empty sample then means an empty input."""
+  return len(FileSystems.match([pattern])[0].metadata_list) <= _SAMPLE_FILES
+
+
 def _records(path: str, config: config_lib.ReadConfig):
   if config.format in ('files', 'email'):
     yield documents.read_document(path, config, config.format == 'email')
