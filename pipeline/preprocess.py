@@ -28,6 +28,7 @@ import cli
 from cli import flags
 from pipeline import jobs
 from pipeline import outputs
+from pipeline import progress
 from pipeline import readers
 from pipeline import records
 from pipeline import rejections
@@ -83,6 +84,7 @@ def parse_args(argv):
                       help='Tokens kept from a document longer than max_len: '
                       'the first, the last, or half of each.')
   rejections.add_budget_argument(parser)
+  progress.add_argument(parser)
   parser.add_argument('--drop_punctuation',
                       action=argparse.BooleanOptionalAction,
                       default=not defaults.keep_punctuation,
@@ -183,12 +185,17 @@ def run(argv=None):
   started = time.time()
   jobs.configure_filesystems(pipeline_args)
   settings = settings_lib.settings_from_args(args)
-  settings_lib.preflight(settings)
+  sample = settings_lib.preflight(settings)
   with outputs.staged(args.output_dir, settings.pattern, layout=LAYOUT,
                       overwrite=args.overwrite) as output:
     staging = output.staging_dir
-    jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
-        pipeline, settings, staging))
+    with progress.reporting('preprocess', 'written', args.progress_seconds,
+                            progress.estimate_records(
+                                settings.pattern,
+                                settings.read_config.format, sample),
+                            passes=2):
+      jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
+          pipeline, settings, staging))
     tally = records.pop_tally(staging)
     tally.reconcile()
     if tally.read and not tally.written.get(raw.TRAIN):

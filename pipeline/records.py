@@ -23,6 +23,7 @@ import numpy as np
 
 import cli
 from pipeline import outputs
+from pipeline import progress
 from schemas import raw
 from schemas import rejected
 
@@ -96,17 +97,21 @@ def dead_letter(record: Dict, reason: str) -> Dict:
 # Count kinds: the first item of every count key.
 READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH, DUPLICATE, BIN = (
     'read', 'written', 'rejected', 'label', 'length', 'duplicate', 'bin')
-# Kinds shown as Beam counters; labels and lengths are stats, not progress.
-_METERED = (READ, WRITTEN, REJECTED_KIND)
+# Kinds shown as Beam counters and in the progress line; labels and lengths
+# are stats, not progress.
+_PROGRESS_KINDS = {READ: progress.READ, WRITTEN: progress.WRITTEN,
+                   REJECTED_KIND: progress.REJECTED}
 
 
 class CountingDoFn(beam.DoFn):
   """Counts per bundle and emits the counts once, at the bundle's end.
 
-  Beam counters are updated here too: once a bundle, not once an element,
-  which matters at tens of thousands of elements a second. A pass that only
-  learns from records another pass counts is not ``metered``: its counters
-  would show each record twice.
+  What it reads, writes and rejects also goes to Beam counters and to the
+  process's progress line (``pipeline.progress``) every
+  ``progress.FLUSH_EVERY`` records and at the bundle's end: not once an
+  element, which matters at tens of thousands of elements a second. A pass
+  that only learns from records another pass counts is not ``metered``: its
+  counters would show each record twice.
   """
 
   def __init__(self, namespace: str, metered: bool = True):
@@ -115,22 +120,47 @@ class CountingDoFn(beam.DoFn):
 
   def start_bundle(self):
     self._counts = collections.Counter()
+    self._unreported = collections.Counter()
+    self._unreported_records = 0
 
   def finish_bundle(self):
+    self._report()
     if self._counts:
-      for key, count in self._counts.items():
-        if self._metered and key[0] in _METERED:
-          Metrics.counter(self._namespace, '_'.join(map(str, key))).inc(count)
       yield pvalue.TaggedOutput(
           STATS, GlobalWindows.windowed_value(dict(self._counts)))
 
+  def _meter(self, key: tuple, count: int) -> None:
+    if not self._metered and key[0] != READ:
+      return
+    self._unreported[key] += count
+    self._unreported_records += count
+    if self._unreported_records >= progress.FLUSH_EVERY:
+      self._report()
+
+  def _report(self) -> None:
+    if not self._unreported:
+      return
+    by_kind = collections.Counter()
+    for key, count in self._unreported.items():
+      if self._metered:
+        Metrics.counter(self._namespace, '_'.join(map(str, key))).inc(count)
+        by_kind[_PROGRESS_KINDS[key[0]]] += count
+      else:  # a first pass's reads: progress, not counters
+        by_kind[progress.LEARNT] += count
+    progress.report(by_kind)
+    self._unreported.clear()
+    self._unreported_records = 0
+
   def count_read(self):
     self._counts[(READ,)] += 1
+    self._meter((READ,), 1)
 
   def count_written(self, count: int = 1, output: Optional[str] = None):
     """``count`` records written to ``output`` (a split), or to the job's
     one output."""
-    self._counts[(WRITTEN, output) if output else (WRITTEN,)] += count
+    key = (WRITTEN, output) if output else (WRITTEN,)
+    self._counts[key] += count
+    self._meter(key, count)
 
   def count_label(self, split: str, label: str):
     self._counts[(LABEL, split, label)] += 1
@@ -146,6 +176,7 @@ class CountingDoFn(beam.DoFn):
   def reject(self, record: Dict, reason: str):
     """Counts a rejection; the dead letter, for the REJECTED output."""
     self._counts[(REJECTED_KIND, reason)] += 1
+    self._meter((REJECTED_KIND, reason), 1)
     return pvalue.TaggedOutput(REJECTED, dead_letter(record, reason))
 
 

@@ -25,6 +25,7 @@ import cli
 from cli import flags
 from pipeline import jobs
 from pipeline import outputs
+from pipeline import progress
 from pipeline import readers
 from pipeline import records
 from pipeline import rejections
@@ -78,6 +79,7 @@ def parse_args(argv):
                       '(serving/length_groups.py).')
   parser.add_argument('--parquet_codec', choices=_CODECS, default='zstd')
   rejections.add_budget_argument(parser)
+  progress.add_argument(parser)
   return jobs.parse_args(parser, argv)
 
 
@@ -131,12 +133,16 @@ def run(argv=None):
   started, started_at = time.time(), report.utc_now()
   jobs.configure_filesystems(pipeline_args)
   settings = settings_lib.settings_from_args(args)
-  settings_lib.preflight(settings)
+  sample = settings_lib.preflight(settings)
   with outputs.staged(
       settings.output_dir, settings.pattern, partition=settings.partition,
       layout=LAYOUT, overwrite=args.overwrite) as output:
     staging = output.staging_dir
-    result = run_pipeline(pipeline_args, settings, staging)
+    with progress.reporting('score', 'scored', args.progress_seconds,
+                            progress.estimate_records(
+                                settings.pattern,
+                                settings.read_config.format, sample)):
+      result = run_pipeline(pipeline_args, settings, staging)
     tally = records.pop_tally(staging)
     tally.reconcile()
     rejections.check_budget(tally, settings.max_rejected_fraction,

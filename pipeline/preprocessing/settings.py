@@ -1,7 +1,7 @@
 """The preprocessing job's flags, checked before anything runs, as
 ``Settings``."""
 import dataclasses
-from typing import Optional
+from typing import Dict, List, Optional
 
 import cli
 from pipeline import readers
@@ -67,10 +67,11 @@ def settings_from_args(args) -> Settings:
                   args.validation_fraction, args.max_rejected_fraction)
 
 
-def preflight(settings: Settings) -> None:
+def preflight(settings: Settings) -> List[Dict]:
   """Before any worker starts: a JobError when none of the input's first
-  records would be accepted."""
-  rejections.preflight(settings.pattern, settings.read_config,
-                       lambda record: settings.routing.route(record)[1])
+  records would be accepted; else those that would be."""
+  return rejections.preflight(
+      settings.pattern, settings.read_config,
+      lambda record: settings.routing.route(record)[1])
 
 

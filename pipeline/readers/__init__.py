@@ -23,6 +23,7 @@ from pipeline.readers.config import ReadConfig
 from pipeline.readers.config import ReaderError
 from pipeline.readers.config import add_reader_arguments
 from pipeline.readers.config import format_of
+from pipeline.readers.config import is_compressed
 from pipeline.readers.config import read_config_from_args
 from pipeline.readers.config import resolve_input
 from pipeline.readers.documents import read_document
@@ -31,7 +32,8 @@ from pipeline.readers.sampling import sample_covers
 
 # read_document is for bench/train.py, which reads corpora without Beam.
 __all__ = ('FORMATS', 'ReadConfig', 'ReaderError', 'ReadRecords',
-           'add_reader_arguments', 'format_of', 'read_config_from_args',
+           'add_reader_arguments', 'format_of', 'is_compressed',
+           'read_config_from_args',
            'read_document',
            'resolve_input', 'sample', 'sample_covers')
 

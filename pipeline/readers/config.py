@@ -167,6 +167,10 @@ def _is_directory(path: str) -> bool:
       FileSystems.match([path.rstrip('/') + '/**'], [1])[0].metadata_list))
 
 
+def is_compressed(path: str) -> bool:
+  return path.endswith(_COMPRESSION_EXTENSIONS)
+
+
 def format_of(path: str) -> Optional[str]:
   """The format a file's extension names, compression aside; None when it
   names none."""

@@ -2,7 +2,7 @@
 import dataclasses
 import posixpath
 import re
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 from apache_beam.io.filesystems import FileSystems
 import pyarrow as pa
@@ -170,11 +170,11 @@ def settings_from_args(args) -> Settings:
                   args.parquet_codec, args.max_rejected_fraction)
 
 
-def preflight(settings: Settings) -> None:
+def preflight(settings: Settings) -> List[Dict]:
   """Before any worker starts: loads the export (to fail on one that cannot
   be), reads the input's first records as the pipeline will, and scores the
   acceptable ones; a JobError when none is acceptable, a ModelFailure when
-  the model fails on each."""
+  the model fails on each. Returns the acceptable ones."""
   try:
     signature, _ = exports.load(settings.export_dir)
   except exports.ExportError as error:
@@ -183,5 +183,6 @@ def preflight(settings: Settings) -> None:
       settings.pattern, settings.read_config, lambda record: rows.reason_of(
           record, settings.read_config.max_text_bytes, settings.kept_types))
   inference.check_model(signature, [record[raw.TEXT] for record in accepted])
+  return accepted
 
 
