@@ -94,6 +94,8 @@ READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH, DUPLICATE, BIN = (
     'read', 'written', 'rejected', 'label', 'length', 'duplicate', 'bin')
 # Kinds shown as Beam counters; labels and lengths are stats, not progress.
 _METERED = (READ, WRITTEN, REJECTED_KIND)
+# Reasons for input files the job could not read whole.
+_INCOMPLETE_FILE_REASONS = (rejected.CORRUPT_FILE, rejected.UNREADABLE_FILE)
 
 
 class CountingDoFn(beam.DoFn):
@@ -277,15 +279,17 @@ class Tally:
           f'{self.written}, rejected {self.rejected_by_reason}')
 
   def check_complete(self, allow_corrupt_files: bool) -> None:
-    """After publishing: an IncompleteInput when files were corrupt, unless
-    the user accepts that."""
-    corrupt = self.rejected_by_reason.get(rejected.CORRUPT_FILE, 0)
-    if corrupt and not allow_corrupt_files:
+    """After publishing: an IncompleteInput when files were corrupt or
+    unreadable, unless the user accepts that."""
+    by_reason = {reason: self.rejected_by_reason[reason]
+                 for reason in _INCOMPLETE_FILE_REASONS
+                 if self.rejected_by_reason.get(reason)}
+    if by_reason and not allow_corrupt_files:
       raise cli.IncompleteInput(
-          f'{corrupt} input file(s) could not be read to the end; what was '
-          f'readable is published, each such file is a '
-          f'{rejected.CORRUPT_FILE} dead letter (--allow_corrupt_files '
-          'makes this exit 0)')
+          f'{sum(by_reason.values())} input file(s) could not be read to the '
+          'end; what was readable is published, each such file is a dead '
+          f'letter ({", ".join(f"{n} {r}" for r, n in by_reason.items())}; '
+          '--allow_corrupt_files makes this exit 0)')
 
   @classmethod
   def from_counts(cls, counts: List[list]) -> 'Tally':

@@ -69,3 +69,13 @@ def test_count_duplicate_ids_counts_repeated_ids_and_their_extra_rows():
     # a twice beyond its first, b and é once each.
     assert_that(counts, equal_to([{(records.DUPLICATE, 'ids'): 3,
                                    (records.DUPLICATE, 'rows'): 4}]))
+
+
+def test_unreadable_and_corrupt_files_make_an_incomplete_input():
+  tally = records.Tally.from_counts([
+      ['read', 5], ['written', 2], ['rejected', rejected.CORRUPT_FILE, 1],
+      ['rejected', rejected.UNREADABLE_FILE, 2]])
+  with pytest.raises(cli.IncompleteInput,
+                     match='3 input file.*1 corrupt_file, 2 unreadable_file'):
+    tally.check_complete(allow_corrupt_files=False)
+  tally.check_complete(allow_corrupt_files=True)

@@ -10,11 +10,13 @@ import codecs
 import contextlib
 import csv
 import json
+import math
 import os
 from typing import Dict, Iterator
 
 from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 import pyarrow as pa
 
 from pipeline.readers import config as config_lib
@@ -42,11 +44,26 @@ class _RecordSource(filebasedsource.FileBasedSource):
     self._config = config
 
   def read_records(self, file_name, range_tracker):
+    """The records of one byte range of a file, and one dead letter for
+    whatever ends its reading early: the per-file choke point.
+
+    A file that cannot be opened fails every range of it alike, so a range
+    past byte 0 that fails before its first record reports only a fault of
+    its own; the range at byte 0 reports the file, once however split.
+    """
+    yielded = 0
     try:
-      yield from self._read(file_name, range_tracker)
+      for record in self._read(file_name, range_tracker):
+        yielded += 1
+        yield record
     except streams.CorruptFile as error:
       yield rows.rejection(f'{file_name}:{error.position}', file_name,
                            rejected.CORRUPT_FILE, error.detail)
+    except Exception as error:  # pylint: disable=broad-except
+      start = range_tracker.start_position() or 0
+      if yielded or not start or _opens(file_name):
+        yield rows.rejection(file_name, file_name, rejected.UNREADABLE_FILE,
+                             _failure(error, range_tracker, yielded))
 
   def _read(self, file_name, range_tracker) -> Iterator[Dict]:
     raise NotImplementedError
@@ -65,6 +82,24 @@ class _RecordSource(filebasedsource.FileBasedSource):
     return lines.in_range(lambda start: self._chunks(file_name, start),
                           range_tracker, encoding,
                           self._config.max_record_bytes)
+
+
+def _opens(file_name: str) -> bool:
+  try:
+    FileSystems.open(file_name).close()
+  except Exception:  # pylint: disable=broad-except
+    return False
+  return True
+
+
+def _failure(error: Exception, range_tracker, yielded: int) -> str:
+  """What stopped a range, and where, for its dead letter's snippet."""
+  start, stop = range_tracker.start_position() or 0, (
+      range_tracker.stop_position())
+  where = '' if not (start or yielded) else (
+      f' (after {yielded} records of bytes {start}-'
+      f'{"the end" if math.isinf(stop) else stop})')
+  return f'{type(error).__name__}: {error}{where}'
 
 
 class LineSource(_RecordSource):
