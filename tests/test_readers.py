@@ -628,6 +628,21 @@ def test_an_unreadable_file_is_one_unreadable_file_letter(
     assert letters(read_parts) == [(str(path), rejected.UNREADABLE_FILE)]
 
 
+@pytest.mark.parametrize('depth', [10_000, 100_000])
+def test_deeply_nested_json_is_one_malformed_record(tmp_path, depth):
+  path = tmp_path / 'deep.jsonl'
+  path.write_text('\n'.join([
+      '{"id": "before", "text": "fine"}',
+      '[' * depth + ']' * depth,
+      '{"id": "nested", "text": ' + '[' * depth + ']' * depth + '}',
+      '{"id": "after", "text": "fine"}']) + '\n')
+  records = read(path)
+  assert [r[raw.ID] for r in records if not r.get(raw.REASON)] == [
+      'after', 'before']
+  assert [reason for _, reason in letters(records)] == [
+      rejected.MALFORMED_RECORD] * 2
+
+
 def test_files_of_two_formats_are_refused_naming_both(tmp_path):
   (tmp_path / 'a.csv').write_text('text\nx\n')
   write_jsonl(tmp_path / 'b.jsonl', [{'text': 'y'}])

@@ -33,7 +33,8 @@ def read_document(path: str, config: config_lib.ReadConfig,
                   is_email: bool) -> Dict:
   """One document a file (aclImdb, email folders); label = parent folder.
 
-  A file that cannot be read is an unreadable_file dead letter.
+  Never raises: a file that cannot be read is an unreadable_file dead
+  letter, one whose content cannot be parsed a malformed_record one.
   """
   try:
     with FileSystems.open(path) as handle:
@@ -42,6 +43,12 @@ def read_document(path: str, config: config_lib.ReadConfig,
   except Exception as error:  # pylint: disable=broad-except
     return rows.rejection(path, path, rejected.UNREADABLE_FILE,
                           f'{type(error).__name__}: {error}')
+  return rows.guarded(path, path, content, _document, path, content, config,
+                      is_email)
+
+
+def _document(path: str, content: bytes, config: config_lib.ReadConfig,
+              is_email: bool) -> Dict:
   if len(content) > config.max_text_bytes:
     return rows.rejection(path, path, rejected.TEXT_TOO_LONG, content)
   if is_email:

@@ -1,7 +1,7 @@
 """A row of named fields (JSON object, CSV row, Parquet row, tf.Example) or a
 parse failure -> one raw record, keyed by ``schemas.raw`` names."""
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from pipeline.readers import config as config_lib
 from schemas import raw
@@ -24,6 +24,18 @@ def rejection(record_id: str, source: str, reason: str, payload: Any) -> Dict:
   """A record the job will count and send to the dead letters."""
   return {raw.ID: record_id, raw.SOURCE: source, raw.REASON: reason,
           raw.SNIPPET: snippet(payload)}
+
+
+def guarded(record_id: str, source: str, payload: Any,
+            parse: Callable[..., Dict], *args) -> Dict:
+  """``parse(*args)``, one record's parse, or the record's malformed_record
+  dead letter whatever it raises: one record never ends the reading of its
+  file (a RecursionError from JSON nested 10,000 deep, a value no check
+  foresaw)."""
+  try:
+    return parse(*args)
+  except Exception:  # pylint: disable=broad-except
+    return rejection(record_id, source, rejected.MALFORMED_RECORD, payload)
 
 
 def has_surrogates(value: str) -> bool:

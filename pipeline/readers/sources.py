@@ -126,7 +126,8 @@ class LineSource(_RecordSource):
             rejected.TEXT_TOO_LONG if too_long else rejected.UNDECODABLE_TEXT,
             text)
       elif text.strip(_BLANK):  # blank lines separate records
-        yield self._parse(text, default_id, file_name, self._config)
+        yield rows.guarded(default_id, file_name, text, self._parse, text,
+                           default_id, file_name, self._config)
 
 
 def parse_text_line(text: str, default_id, source, config) -> Dict:
@@ -181,7 +182,9 @@ class CsvSource(_RecordSource):
         yield rows.rejection(default_id, file_name, record.reason,
                              record.detail)
       elif record.offset != header_offset and record.row:
-        yield self._record(record.row, columns, default_id, file_name)
+        yield rows.guarded(default_id, file_name,
+                           self._delimiter.join(record.row), self._record,
+                           record.row, columns, default_id, file_name)
 
   def _record(self, row, columns, default_id, file_name) -> Dict:
     payload = self._delimiter.join(row)
@@ -266,9 +269,10 @@ class ParquetSource(_RecordSource):
               f'read: {error}')
         else:
           for row_number, fields in enumerate(_table_rows(table), first_row):
-            yield rows.record_from_fields(fields, config,
-                                          f'{file_name}:{row_number}',
-                                          file_name, fields)
+            row_id = f'{file_name}:{row_number}'
+            yield rows.guarded(row_id, file_name, fields,
+                               rows.record_from_fields, fields, config, row_id,
+                               file_name, fields)
         first_row += row_count
 
 
@@ -309,9 +313,6 @@ class TFRecordSource(_RecordSource):
     super().__init__(file_pattern, config, splittable=False)
 
   def _read(self, file_name, range_tracker):
-    # pylint: disable=import-outside-toplevel
-    from google.protobuf import message
-    from tensorflow.core.example import example_pb2
     if not range_tracker.try_claim(0):
       return
     reader = streams.ByteReader(self._chunks(file_name))
@@ -319,21 +320,28 @@ class TFRecordSource(_RecordSource):
       default_id = f'{file_name}:{frame.index}'
       if frame.reason:
         yield rows.rejection(default_id, file_name, frame.reason, frame.detail)
-        continue
-      try:
-        example = example_pb2.Example.FromString(frame.data)
-      except message.DecodeError as error:
-        yield rows.rejection(default_id, file_name, rejected.MALFORMED_RECORD,
-                             f'the record at byte {frame.offset} is not a '
-                             f'tf.Example: {error}')
-        continue
-      fields = {}
-      for name, feature in example.features.feature.items():
-        kind = feature.WhichOneof('kind')
-        values = list(getattr(feature, kind).value) if kind else []
-        fields[name] = values[0] if len(values) == 1 else (values or None)
-      yield rows.record_from_fields(fields, self._config, default_id,
-                                    file_name, frame.data)
+      else:
+        yield rows.guarded(default_id, file_name, frame.data, self._record,
+                           frame, default_id, file_name)
+
+  def _record(self, frame: tfrecord_frames.Frame, default_id: str,
+              file_name: str) -> Dict:
+    # pylint: disable=import-outside-toplevel
+    from google.protobuf import message
+    from tensorflow.core.example import example_pb2
+    try:
+      example = example_pb2.Example.FromString(frame.data)
+    except message.DecodeError as error:
+      return rows.rejection(default_id, file_name, rejected.MALFORMED_RECORD,
+                            f'the record at byte {frame.offset} is not a '
+                            f'tf.Example: {error}')
+    fields = {}
+    for name, feature in example.features.feature.items():
+      kind = feature.WhichOneof('kind')
+      values = list(getattr(feature, kind).value) if kind else []
+      fields[name] = values[0] if len(values) == 1 else (values or None)
+    return rows.record_from_fields(fields, self._config, default_id,
+                                   file_name, frame.data)
 
 
 def source_factory(fmt: str, config: config_lib.ReadConfig):
