@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import hashlib
 import json
+import logging
 import posixpath
 import re
 from typing import Dict, List, Optional
@@ -92,8 +93,10 @@ def dead_letter(record: Dict, reason: str) -> Dict:
 # Count kinds: the first item of every count key.
 READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH, DUPLICATE, BIN = (
     'read', 'written', 'rejected', 'label', 'length', 'duplicate', 'bin')
+# Records whose id field held no usable id (raw.ID_REPLACED).
+IDS_REPLACED = 'ids_replaced'
 # Kinds shown as Beam counters; labels and lengths are stats, not progress.
-_METERED = (READ, WRITTEN, REJECTED_KIND)
+_METERED = (READ, WRITTEN, REJECTED_KIND, IDS_REPLACED)
 # Reasons for input files the job could not read whole.
 _INCOMPLETE_FILE_REASONS = (rejected.CORRUPT_FILE, rejected.UNREADABLE_FILE)
 
@@ -122,8 +125,10 @@ class CountingDoFn(beam.DoFn):
       yield pvalue.TaggedOutput(
           STATS, GlobalWindows.windowed_value(dict(self._counts)))
 
-  def count_read(self):
+  def count_read(self, record: Dict):
     self._counts[(READ,)] += 1
+    if record.get(raw.ID_REPLACED):
+      self._counts[(IDS_REPLACED,)] += 1
 
   def count_written(self, count: int = 1, output: Optional[str] = None):
     """``count`` records written to ``output`` (a split), or to the job's
@@ -261,6 +266,8 @@ class Tally:
   duplicate_rows: int = 0
   # Records per bin, by histogram name.
   bins: Dict[str, Dict[int, int]] = dataclasses.field(default_factory=dict)
+  # Records whose id field held no usable id, which got file:position ids.
+  ids_replaced: int = 0
 
   @property
   def total_written(self) -> int:
@@ -279,8 +286,14 @@ class Tally:
           f'{self.written}, rejected {self.rejected_by_reason}')
 
   def check_complete(self, allow_corrupt_files: bool) -> None:
-    """After publishing: an IncompleteInput when files were corrupt or
-    unreadable, unless the user accepts that."""
+    """After publishing: a warning when ids were replaced; an
+    IncompleteInput when files were corrupt or unreadable, unless the user
+    accepts that."""
+    if self.ids_replaced:
+      logging.warning(
+          '%d records had an id field with no usable id (null, "", an '
+          'object, an array, NaN...): their ids are file:position',
+          self.ids_replaced)
     by_reason = {reason: self.rejected_by_reason[reason]
                  for reason in _INCOMPLETE_FILE_REASONS
                  if self.rejected_by_reason.get(reason)}
@@ -297,7 +310,7 @@ class Tally:
     fields = dict(read=0, written={}, rejected_by_reason={},
                   labels=collections.defaultdict(dict), lengths={},
                   duplicate_ids=0, duplicate_rows=0,
-                  bins=collections.defaultdict(dict))
+                  bins=collections.defaultdict(dict), ids_replaced=0)
     for *key, count in counts:
       kind, rest = key[0], key[1:]
       if kind == READ:
@@ -314,6 +327,8 @@ class Tally:
         fields[f'duplicate_{rest[0]}'] = count
       elif kind == BIN:
         fields['bins'][rest[0]][int(rest[1])] = count
+      elif kind == IDS_REPLACED:
+        fields['ids_replaced'] = count
     fields['rejected_by_reason'] = dict(
         sorted(fields['rejected_by_reason'].items()))
     fields['labels'] = {split: dict(sorted(by_label.items()))

@@ -643,6 +643,22 @@ def test_deeply_nested_json_is_one_malformed_record(tmp_path, depth):
       rejected.MALFORMED_RECORD] * 2
 
 
+def test_ids_of_every_json_type(tmp_path):
+  values = ['"s"', '12345', '12345.0', 'true', '-0.5', 'null', '""',
+            '{"a": 1}', '[1]', 'NaN', '"\\udc00"']
+  path = tmp_path / 'ids.jsonl'
+  path.write_text(''.join(f'{{"id": {value}, "text": "x"}}\n'
+                          for value in values) + '{"text": "no id"}\n')
+  records = {r[raw.ID]: r for r in read(path)}
+  for given in ('s', '12345', '12345.0', 'true', '-0.5'):
+    assert not records[given].get(raw.ID_REPLACED)
+  # No id can be made of these: file:position, said so.
+  replaced = sorted((r for i, r in records.items() if i.startswith(str(path))),
+                    key=lambda r: int(r[raw.ID].rsplit(':', 1)[1]))
+  assert [r.get(raw.ID_REPLACED, False) for r in replaced] == [True] * 6 + [
+      False]
+
+
 def test_files_of_two_formats_are_refused_naming_both(tmp_path):
   (tmp_path / 'a.csv').write_text('text\nx\n')
   write_jsonl(tmp_path / 'b.jsonl', [{'text': 'y'}])
@@ -668,11 +684,13 @@ def test_preprocess_reads_each_matched_file_once_and_reports_the_rest(
                    'star/a.jsonl', 'sub/deep/x.jsonl'):
     (data / relative).parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(data / relative, labelled(relative, 60))
+  write_jsonl(data / 'nulls.jsonl', [{**row, 'id': None}
+                                     for row in labelled('n', 4)])
   stats = preprocess.run([f'--input={data}/**/*.jsonl',
                           f'--output_dir={tmp_path}/out'])
   counts = stats['records']
-  assert (counts['read'], sum(counts['written'].values()),
-          counts['rejected']) == (300, 300, 0)
+  assert (counts['read'], sum(counts['written'].values()), counts['rejected'],
+          counts['ids_replaced']) == (304, 304, 0, 4)
   # An unreadable file and a dangling link: published, exit status 3.
   make_unreadable(data / 'plain.jsonl')
   os.symlink(data / 'gone.jsonl', data / 'sub' / 'dangling.jsonl')
@@ -682,7 +700,7 @@ def test_preprocess_reads_each_matched_file_once_and_reports_the_rest(
   assert status == cli.EXIT_INCOMPLETE_INPUT
   assert '2 unreadable_file' in stderr.strip().splitlines()[-1]
   stats = json.loads((tmp_path / 'out' / 'stats.json').read_text())
-  assert stats['records']['read'] == 242
+  assert stats['records']['read'] == 246
   assert sorted(letter['source'] for letter in dead_letters(
       tmp_path / 'out')) == [str(data / 'plain.jsonl'),
                              str(data / 'sub' / 'dangling.jsonl')]

@@ -74,7 +74,8 @@ def test_count_duplicate_ids_counts_repeated_ids_and_their_extra_rows():
 def test_unreadable_and_corrupt_files_make_an_incomplete_input():
   tally = records.Tally.from_counts([
       ['read', 5], ['written', 2], ['rejected', rejected.CORRUPT_FILE, 1],
-      ['rejected', rejected.UNREADABLE_FILE, 2]])
+      ['rejected', rejected.UNREADABLE_FILE, 2], [records.IDS_REPLACED, 3]])
+  assert tally.ids_replaced == 3
   with pytest.raises(cli.IncompleteInput,
                      match='3 input file.*1 corrupt_file, 2 unreadable_file'):
     tally.check_complete(allow_corrupt_files=False)
