@@ -33,10 +33,11 @@ EXTRAS = {
 }
 # moto[server] and boto3: a real S3-compatible server on 127.0.0.1 for the
 # object-store tests, through Beam's S3 filesystem. pandas reads the scoring
-# output as users do (tfx-bsl already needs it).
+# output as users do (tfx-bsl already needs it). hypothesis makes up the
+# inputs of the reading layer's property tests.
 EXTRAS['test'] = ['pytest>=9', 'pytest-xdist>=3.6', 'duckdb>=1.1',
-                  'pandas>=2', 'moto[server]>=5', 'boto3>=1.34'
-                  ] + EXTRAS['dask']
+                  'pandas>=2', 'moto[server]>=5', 'boto3>=1.34',
+                  'hypothesis>=6.100'] + EXTRAS['dask']
 
 setuptools.setup(
     name='beam-text-classifier',

@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import hashlib
 import json
+import logging
 import posixpath
 import re
 from typing import Dict, List, Optional
@@ -97,10 +98,13 @@ def dead_letter(record: Dict, reason: str) -> Dict:
 # Count kinds: the first item of every count key.
 READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH, DUPLICATE, BIN = (
     'read', 'written', 'rejected', 'label', 'length', 'duplicate', 'bin')
-# Kinds shown as Beam counters and in the progress line; labels and lengths
-# are stats, not progress.
+# Records whose id field held no usable id (raw.ID_REPLACED).
+IDS_REPLACED = 'ids_replaced'
+# Kinds in the progress line; labels and lengths are stats, not progress.
 _PROGRESS_KINDS = {READ: progress.READ, WRITTEN: progress.WRITTEN,
                    REJECTED_KIND: progress.REJECTED}
+# Reasons for input files the job could not read whole.
+_INCOMPLETE_FILE_REASONS = (rejected.CORRUPT_FILE, rejected.UNREADABLE_FILE)
 
 
 class CountingDoFn(beam.DoFn):
@@ -142,18 +146,22 @@ class CountingDoFn(beam.DoFn):
       return
     by_kind = collections.Counter()
     for key, count in self._unreported.items():
-      if self._metered:
-        Metrics.counter(self._namespace, '_'.join(map(str, key))).inc(count)
-        by_kind[_PROGRESS_KINDS[key[0]]] += count
-      else:  # a first pass's reads: progress, not counters
+      if not self._metered:  # a first pass's reads: progress, not counters
         by_kind[progress.LEARNT] += count
+        continue
+      Metrics.counter(self._namespace, '_'.join(map(str, key))).inc(count)
+      if key[0] in _PROGRESS_KINDS:
+        by_kind[_PROGRESS_KINDS[key[0]]] += count
     progress.report(by_kind)
     self._unreported.clear()
     self._unreported_records = 0
 
-  def count_read(self):
+  def count_read(self, record: Dict):
     self._counts[(READ,)] += 1
     self._meter((READ,), 1)
+    if record.get(raw.ID_REPLACED):
+      self._counts[(IDS_REPLACED,)] += 1
+      self._meter((IDS_REPLACED,), 1)
 
   def count_written(self, count: int = 1, output: Optional[str] = None):
     """``count`` records written to ``output`` (a split), or to the job's
@@ -294,6 +302,8 @@ class Tally:
   duplicate_rows: int = 0
   # Records per bin, by histogram name.
   bins: Dict[str, Dict[int, int]] = dataclasses.field(default_factory=dict)
+  # Records whose id field held no usable id, which got file:position ids.
+  ids_replaced: int = 0
 
   @property
   def total_written(self) -> int:
@@ -312,15 +322,23 @@ class Tally:
           f'{self.written}, rejected {self.rejected_by_reason}')
 
   def check_complete(self, allow_corrupt_files: bool) -> None:
-    """After publishing: an IncompleteInput when files were corrupt, unless
-    the user accepts that."""
-    corrupt = self.rejected_by_reason.get(rejected.CORRUPT_FILE, 0)
-    if corrupt and not allow_corrupt_files:
+    """After publishing: a warning when ids were replaced; an
+    IncompleteInput when files were corrupt or unreadable, unless the user
+    accepts that."""
+    if self.ids_replaced:
+      logging.warning(
+          '%d records had an id field with no usable id (null, "", an '
+          'object, an array, NaN...): their ids are file:position',
+          self.ids_replaced)
+    by_reason = {reason: self.rejected_by_reason[reason]
+                 for reason in _INCOMPLETE_FILE_REASONS
+                 if self.rejected_by_reason.get(reason)}
+    if by_reason and not allow_corrupt_files:
       raise cli.IncompleteInput(
-          f'{corrupt} input file(s) could not be read to the end; what was '
-          f'readable is published, each such file is a '
-          f'{rejected.CORRUPT_FILE} dead letter (--allow_corrupt_files '
-          'makes this exit 0)')
+          f'{sum(by_reason.values())} input file(s) could not be read to the '
+          'end; what was readable is published, each such file is a dead '
+          f'letter ({", ".join(f"{n} {r}" for r, n in by_reason.items())}; '
+          '--allow_corrupt_files makes this exit 0)')
 
   @classmethod
   def from_counts(cls, counts: List[list]) -> 'Tally':
@@ -328,7 +346,7 @@ class Tally:
     fields = dict(read=0, written={}, rejected_by_reason={},
                   labels=collections.defaultdict(dict), lengths={},
                   duplicate_ids=0, duplicate_rows=0,
-                  bins=collections.defaultdict(dict))
+                  bins=collections.defaultdict(dict), ids_replaced=0)
     for *key, count in counts:
       kind, rest = key[0], key[1:]
       if kind == READ:
@@ -345,6 +363,8 @@ class Tally:
         fields[f'duplicate_{rest[0]}'] = count
       elif kind == BIN:
         fields['bins'][rest[0]][int(rest[1])] = count
+      elif kind == IDS_REPLACED:
+        fields['ids_replaced'] = count
     fields['rejected_by_reason'] = dict(
         sorted(fields['rejected_by_reason'].items()))
     fields['labels'] = {split: dict(sorted(by_label.items()))

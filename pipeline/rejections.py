@@ -109,7 +109,7 @@ def input_hint(by_reason: Dict[str, int], pattern: str,
   it starts with another encoding's byte order mark; '' otherwise."""
   if not by_reason or max(by_reason, key=by_reason.get) not in _MISREAD:
     return ''
-  paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+  paths = readers.matched_files(pattern)
   if not paths:
     return ''
   named = readers.format_of(paths[0])

@@ -19,6 +19,10 @@ SNIPPET = 'snippet'
 # The field names of a row that lacks the text or label field: what a job
 # names when it diagnoses a run that rejects everything (never written).
 FIELDS = 'fields'
+# Set (True) by a reader on a record whose id field holds a value no id can
+# be (null, "", an object...): its id is then its file and position, and the
+# jobs count such records (never written).
+ID_REPLACED = 'id_replaced'
 # Input fields a job passes through to its output untouched (--keep_fields),
 # as a dict of field name to value.
 KEPT = 'kept'

@@ -38,3 +38,8 @@ INFERENCE_FAILED = 'inference_failed'    # the model raised on its batch
 # the file and the position where the loss begins, its snippet the byte
 # offset and the error. Records read before the fault are kept.
 CORRUPT_FILE = 'corrupt_file'
+# A matched path that cannot be read at all: a file that cannot be opened
+# (permissions) or fails while read, a dangling symbolic link, a FIFO, a
+# socket or device, a folder. One dead letter a path, its id and source the
+# path, its snippet what is wrong.
+UNREADABLE_FILE = 'unreadable_file'

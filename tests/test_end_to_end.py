@@ -40,8 +40,9 @@ def test_imdb_slice_keeps_the_official_split(corpora, tmp_path):
     counts[split][record[raw.LABEL]] += 1
   assert counts[raw.VALIDATION] and counts[raw.TEST] == {'neg': 100,
                                                          'pos': 100}
-  assert stats['records'] == {'read': 400, 'rejected': 0, 'written': {
-      split: sum(counts[split].values()) for split in raw.SPLITS}}
+  assert stats['records'] == {'read': 400, 'rejected': 0, 'ids_replaced': 0,
+                              'written': {split: sum(counts[split].values())
+                                          for split in raw.SPLITS}}
   assert stats['labels']['counts'] == {split: dict(counts[split])
                                        for split in raw.SPLITS}
   assert stats['vocabulary_size'] == 2000

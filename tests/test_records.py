@@ -87,3 +87,14 @@ def visible_the_slow_way(text):
      '3', '\u00a0'])))
 def test_visible_text_is_what_is_left_without_tags(text):
   assert records.has_visible_text(text) == visible_the_slow_way(text)
+
+
+def test_unreadable_and_corrupt_files_make_an_incomplete_input():
+  tally = records.Tally.from_counts([
+      ['read', 5], ['written', 2], ['rejected', rejected.CORRUPT_FILE, 1],
+      ['rejected', rejected.UNREADABLE_FILE, 2], [records.IDS_REPLACED, 3]])
+  assert tally.ids_replaced == 3
+  with pytest.raises(cli.IncompleteInput,
+                     match='3 input file.*1 corrupt_file, 2 unreadable_file'):
+    tally.check_complete(allow_corrupt_files=False)
+  tally.check_complete(allow_corrupt_files=True)

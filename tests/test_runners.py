@@ -154,8 +154,10 @@ def test_preprocess_on_the_portable_runner(portable_runner, tmp_path):
                           *portable_runner])
   validation = sum(split_lib.hash_split(row['text'], 0.0, 0.1) ==
                    raw.VALIDATION for row in synthetic_reviews(120, 0))
-  assert stats['records'] == {'read': 161, 'rejected': 1, 'written': {
-      'train': 120 - validation, 'validation': validation, 'test': 40}}
+  assert stats['records'] == {'read': 161, 'rejected': 1, 'ids_replaced': 0,
+                              'written': {'train': 120 - validation,
+                                          'validation': validation,
+                                          'test': 40}}
   assert sorted(stats['labels']['names']) == ['neg', 'pos']
   assert glob.glob(str(tmp_path / 'pre' / 'train-*.tfrecord.gz'))
 

@@ -391,7 +391,7 @@ def test_a_failing_batch_is_bisected_to_the_failing_document(
   assert manifest['counts'] == {
       'read': 32, 'scored': 31, 'rejected': 1,
       'rejected_by_reason': {rejected.INFERENCE_FAILED: 1},
-      'duplicate_ids': 0, 'duplicate_rows': 0}
+      'duplicate_ids': 0, 'duplicate_rows': 0, 'ids_replaced': 0}
   assert dead_letters(tmp_path / 'scores') == [{
       rejected.ID: rows[13]['id'], rejected.SOURCE: str(corpus),
       rejected.REASON: rejected.INFERENCE_FAILED,

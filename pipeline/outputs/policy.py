@@ -11,6 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 
 import cli
 from pipeline.outputs import files
+from pipeline.readers import matching
 
 # Stands for each ``*`` of a Layout's globs in the paths checked against the
 # input pattern: the shard name Beam's sinks give their files.
@@ -50,8 +51,8 @@ def check_outside_input(folders: List[str], layout: Layout,
   """Fails if the input pattern would match a file the job writes in any of
   ``folders`` (the output, its staging folder): a job reading its own
   output never runs the same twice."""
-  matches = re.compile(FileSystem.translate_pattern(
-      files.resolved_pattern(pattern))).match
+  matches = re.compile(matching.translate(
+      files.resolved_pattern(pattern))).fullmatch
   for folder in folders:
     for example in layout.examples():
       path = posixpath.join(folder, example)

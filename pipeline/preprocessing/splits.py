@@ -81,7 +81,7 @@ class ValidateAndSplit(records.CountingDoFn):
     self._routing = routing
 
   def process(self, record):
-    self.count_read()
+    self.count_read(record)
     split, reason = self._routing.route(record)
     if reason:
       yield self.reject(record, reason)

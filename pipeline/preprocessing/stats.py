@@ -47,6 +47,7 @@ def summarize(tally: records.Tally, staging: str, max_len: int) -> Dict:
           'read': tally.read,
           'written': written,
           'rejected': tally.rejected,
+          'ids_replaced': tally.ids_replaced,
       },
       'rejected_by_reason': tally.rejected_by_reason,
       'vocabulary_size': (

@@ -1,22 +1,28 @@
 """One reading layer for every Beam job: any supported corpus -> raw records.
 
-Each format is a Beam ``FileBasedSource`` (``sources``), read through
-``ReadAllFiles`` so that large files are split into byte ranges read in
-parallel and many small files spread over the workers; folders of documents
-are read one file a document (``documents``). Every record is a dict keyed by
-``schemas.raw`` names. A record the reader cannot parse is still yielded, with
-``reason`` set (``rows.rejection``), so that the job can count it and send it
-to the dead letters: readers never drop and never raise on bad rows, and a
-file that breaks off mid-way (``streams.CorruptFile``) keeps what was read
-before the fault and is one corrupt_file dead letter for the rest.
+The pattern is matched once (``matching``): regular files are read by their
+paths, taken literally, and any other path it matches (a dangling symbolic
+link, a FIFO, a folder) is an unreadable_file dead letter. Each format is a
+Beam ``FileBasedSource`` (``sources``) whose files are read as byte ranges
+(``ranges``), so that large files are read in parallel and many small files
+spread over the workers; folders of documents are read one file a document
+(``documents``). Every record is a dict keyed by ``schemas.raw`` names. A
+record the reader cannot parse is still yielded, with ``reason`` set
+(``rows.rejection``), so that the job can count it and send it to the dead
+letters: readers never drop and never raise, whatever a record or a file
+holds. Any exception parsing one record is that record's malformed_record
+dead letter; a file that breaks off mid-way (``streams.CorruptFile``) keeps
+what was read before the fault and is one corrupt_file dead letter for the
+rest; any other exception reading a file is its unreadable_file dead letter.
 
 The jobs need only the names this package exports.
 """
 import apache_beam as beam
-from apache_beam.io import filebasedsource
-from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 
+from pipeline.readers import documents
+from pipeline.readers import matching
+from pipeline.readers import ranges
 from pipeline.readers import sources
 from pipeline.readers.config import FORMATS
 from pipeline.readers.config import ReadConfig
@@ -27,14 +33,14 @@ from pipeline.readers.config import is_compressed
 from pipeline.readers.config import read_config_from_args
 from pipeline.readers.config import resolve_input
 from pipeline.readers.documents import read_document
+from pipeline.readers.matching import files as matched_files
 from pipeline.readers.sampling import sample
 from pipeline.readers.sampling import sample_covers
 
 # read_document is for bench/train.py, which reads corpora without Beam.
 __all__ = ('FORMATS', 'ReadConfig', 'ReaderError', 'ReadRecords',
            'add_reader_arguments', 'format_of', 'is_compressed',
-           'read_config_from_args',
-           'read_document',
+           'matched_files', 'read_config_from_args', 'read_document',
            'resolve_input', 'sample', 'sample_covers')
 
 _DESIRED_SPLIT_BYTES = 64 << 20
@@ -56,31 +62,26 @@ class ReadRecords(beam.PTransform):
     self._config = config
 
   def expand(self, pbegin):
+    matched = (pbegin
+               | 'Pattern' >> beam.Create([self._pattern])
+               | 'Match' >> beam.FlatMap(matching.entries))
     if self._fmt in ('files', 'email'):
-      # A source per file costs a match and a split per file; for many small
-      # documents, spreading groups of paths over the workers costs less.
-      return (pbegin
-              | 'Pattern' >> beam.Create([self._pattern])
-              | 'Match' >> fileio.MatchAll()
-              | 'Paths' >> beam.Map(lambda metadata: metadata.path)
+      # A source per file costs a split per file; for many small documents,
+      # spreading groups of paths over the workers costs less.
+      return (matched
               | 'Group' >> beam.BatchElements(
                   min_batch_size=_FILES_PER_READ, max_batch_size=_FILES_PER_READ)
               | 'Spread' >> beam.Reshuffle()
               | 'ReadDocuments' >> beam.FlatMap(
-                  lambda paths, config, is_email: [
-                      read_document(path, config, is_email)
-                      for path in paths],
-                  self._config, self._fmt == 'email'))
+                  documents.read_documents, self._config,
+                  self._fmt == 'email'))
     splittable = self._fmt in ('jsonl', 'text', 'parquet') or (
         self._fmt in ('csv', 'tsv') and self._config.csv_splittable)
     compression = (CompressionTypes.UNCOMPRESSED if self._fmt == 'parquet'
                    else CompressionTypes.AUTO)
-    return (pbegin
-            | 'Pattern' >> beam.Create([self._pattern])
-            | 'ReadFiles' >> filebasedsource.ReadAllFiles(
-                splittable=splittable,
-                compression_type=compression,
-                desired_bundle_size=_DESIRED_SPLIT_BYTES,
-                min_bundle_size=0,
-                source_from_file=sources.source_factory(self._fmt,
-                                                        self._config)))
+    return (matched
+            | 'Ranges' >> beam.FlatMap(ranges.split, splittable, compression,
+                                       _DESIRED_SPLIT_BYTES)
+            | 'Spread' >> beam.Reshuffle()
+            | 'ReadRanges' >> beam.FlatMap(
+                ranges.read, sources.source_factory(self._fmt, self._config)))

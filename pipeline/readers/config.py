@@ -11,6 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
 from cli import flags
+from pipeline.readers import matching
 
 FORMATS = ('jsonl', 'csv', 'tsv', 'parquet', 'tfrecord', 'text', 'files',
            'email')
@@ -126,10 +127,11 @@ def add_reader_arguments(parser: argparse.ArgumentParser):
                      default=1 << 20,
                      help='Records with more text than this are rejected.')
   group.add_argument('--allow_corrupt_files', action='store_true',
-                     help='Exit 0 when an input file is truncated or '
-                     'corrupt (by default the job exits 3); either way its '
-                     'readable records are used and the rest of it is one '
-                     'corrupt_file dead letter.')
+                     help='Exit 0 when an input file is truncated, '
+                     'corrupt or unreadable (by default the job exits 3); '
+                     'either way its readable records are used and the rest '
+                     'of it is one corrupt_file or unreadable_file dead '
+                     'letter.')
   return group
 
 
@@ -178,11 +180,30 @@ def format_of(path: str) -> Optional[str]:
   return _EXTENSION_FORMATS.get(extension.lower())
 
 
+def _format_of_files(paths) -> str:
+  """The one format the files' extensions name; ReaderError when one names
+  none, or two name different ones: a pattern over a.csv and b.jsonl is not
+  read as either."""
+  formats = {}
+  for path in paths:
+    formats.setdefault(format_of(path), path)
+  if None in formats:
+    raise ReaderError(
+        f'cannot tell the format of {formats[None]} from its extension; '
+        f'pass --format (one of {", ".join(FORMATS)})')
+  if len(formats) > 1:
+    named = ', '.join(f'{path} is {fmt}' for fmt, path in sorted(
+        formats.items()))
+    raise ReaderError(f'the input holds files of more than one format ('
+                      f'{named}); narrow --input to one, or pass --format')
+  return next(iter(formats))
+
+
 def resolve_input(pattern: str, fmt: str) -> Tuple[str, str]:
   """The file pattern and format to read; a folder means every file below it.
 
-  Raises ReaderError when the format is unknown or no file matches, so that
-  the job can stop with one clear line before it starts a pipeline.
+  Raises ReaderError when the format is unknown or no regular file matches,
+  so that the job can stop with one clear line before it starts a pipeline.
   """
   if fmt != 'auto' and fmt not in FORMATS:
     raise ReaderError(f'unknown format {fmt!r}; choose one of {FORMATS}')
@@ -191,15 +212,14 @@ def resolve_input(pattern: str, fmt: str) -> Tuple[str, str]:
     if fmt == 'auto':
       fmt = 'files'
   try:
-    matched = FileSystems.match([pattern])[0].metadata_list
+    matched = matching.entries(pattern)
   except Exception as error:  # pylint: disable=broad-except
     raise ReaderError(f'cannot list {pattern}: {error}') from error
-  if not matched:
-    raise ReaderError(f'no input file matches {pattern}')
+  paths = [entry.path for entry in matched if entry.problem is None]
+  if not paths:
+    others = ''.join(f'; {entry.path} is {entry.problem}'
+                     for entry in matched[:3])
+    raise ReaderError(f'no input file matches {pattern}{others}')
   if fmt == 'auto':
-    fmt = format_of(matched[0].path)
-    if fmt is None:
-      raise ReaderError(
-          f'cannot tell the format of {matched[0].path} from its extension; '
-          f'pass --format (one of {", ".join(FORMATS)})')
+    fmt = _format_of_files(paths)
   return pattern, fmt

@@ -1,7 +1,9 @@
 """A row of named fields (JSON object, CSV row, Parquet row, tf.Example) or a
 parse failure -> one raw record, keyed by ``schemas.raw`` names."""
+import json
+import math
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from pipeline.readers import config as config_lib
 from schemas import raw
@@ -24,6 +26,18 @@ def rejection(record_id: str, source: str, reason: str, payload: Any) -> Dict:
   """A record the job will count and send to the dead letters."""
   return {raw.ID: record_id, raw.SOURCE: source, raw.REASON: reason,
           raw.SNIPPET: snippet(payload)}
+
+
+def guarded(record_id: str, source: str, payload: Any,
+            parse: Callable[..., Dict], *args) -> Dict:
+  """``parse(*args)``, one record's parse, or the record's malformed_record
+  dead letter whatever it raises: one record never ends the reading of its
+  file (a RecursionError from JSON nested 10,000 deep, a value no check
+  foresaw)."""
+  try:
+    return parse(*args)
+  except Exception:  # pylint: disable=broad-except
+    return rejection(record_id, source, rejected.MALFORMED_RECORD, payload)
 
 
 def has_surrogates(value: str) -> bool:
@@ -51,7 +65,7 @@ def _holds_surrogates(value: Any) -> bool:
 
 
 def _optional_str(value: Any) -> Optional[str]:
-  """A label, id or split value as text; None when absent or not a scalar."""
+  """A label or split value as text; None when absent or not a scalar."""
   if value is None or isinstance(value, (bool, float, list, dict)):
     return None
   if isinstance(value, bytes):
@@ -59,13 +73,38 @@ def _optional_str(value: Any) -> Optional[str]:
   return str(value)
 
 
+def _id_text(value: Any) -> Optional[str]:
+  """An id field's value as the record's id: a string as it is, a number or
+  a boolean as its JSON text (12345.0 stays "12345.0"); None for what no id
+  can be (null, "", a lone surrogate, NaN, an object, an array)."""
+  if isinstance(value, bytes):
+    value = value.decode('utf-8', 'replace')
+  if isinstance(value, str):
+    return value if value and not has_surrogates(value) else None
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  if isinstance(value, (bool, int, float)):
+    return json.dumps(value)
+  if value is None or isinstance(value, (dict, list, tuple)):
+    return None
+  return str(value)  # other scalars of Parquet: decimals, dates
+
+
 def record_from_fields(fields: Dict[str, Any], config: config_lib.ReadConfig,
                        default_id: str, source: str, payload: Any) -> Dict:
-  """A record from a row of named fields (JSON object, CSV row, Parquet row)."""
+  """A record from a row of named fields (JSON object, CSV row, Parquet row,
+  tf.Example). A row whose id field holds no usable id gets ``default_id``,
+  and is marked (raw.ID_REPLACED) so that the jobs count it."""
   given_id = fields.get(config.id_field) if config.id_field else None
-  record_id = _optional_str(given_id)
-  if not record_id or has_surrogates(record_id):
-    record_id = default_id
+  record_id = _id_text(given_id)
+  record = _record(fields, config, record_id or default_id, source, payload)
+  if record_id is None and config.id_field and config.id_field in fields:
+    record[raw.ID_REPLACED] = True
+  return record
+
+
+def _record(fields: Dict[str, Any], config: config_lib.ReadConfig,
+            record_id: str, source: str, payload: Any) -> Dict:
   text = fields.get(config.text_field)
   if text is None:
     return {**rejection(record_id, source, rejected.MISSING_TEXT, payload),
@@ -82,6 +121,7 @@ def record_from_fields(fields: Dict[str, Any], config: config_lib.ReadConfig,
     return rejection(record_id, source, rejected.WRONG_TYPE, payload)
   split = fields.get(config.split_field) if config.split_field else None
   kept = {name: fields.get(name) for name in config.keep_fields}
+  given_id = fields.get(config.id_field) if config.id_field else None
   if is_undecodable(text) or _holds_surrogates((given_id, label, split, kept)):
     return rejection(record_id, source, rejected.UNDECODABLE_TEXT, payload)
   record = {raw.ID: record_id, raw.SOURCE: source, raw.TEXT: text,

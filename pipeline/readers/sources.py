@@ -10,11 +10,13 @@ import codecs
 import contextlib
 import csv
 import json
+import math
 import os
 from typing import Dict, Iterator
 
 from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 import pyarrow as pa
 
 from pipeline.readers import config as config_lib
@@ -42,11 +44,26 @@ class _RecordSource(filebasedsource.FileBasedSource):
     self._config = config
 
   def read_records(self, file_name, range_tracker):
+    """The records of one byte range of a file, and one dead letter for
+    whatever ends its reading early: the per-file choke point.
+
+    A file that cannot be opened fails every range of it alike, so a range
+    past byte 0 that fails before its first record reports only a fault of
+    its own; the range at byte 0 reports the file, once however split.
+    """
+    yielded = 0
     try:
-      yield from self._read(file_name, range_tracker)
+      for record in self._read(file_name, range_tracker):
+        yielded += 1
+        yield record
     except streams.CorruptFile as error:
       yield rows.rejection(f'{file_name}:{error.position}', file_name,
                            rejected.CORRUPT_FILE, error.detail)
+    except Exception as error:  # pylint: disable=broad-except
+      start = range_tracker.start_position() or 0
+      if yielded or not start or _opens(file_name):
+        yield rows.rejection(file_name, file_name, rejected.UNREADABLE_FILE,
+                             _failure(error, range_tracker, yielded))
 
   def _read(self, file_name, range_tracker) -> Iterator[Dict]:
     raise NotImplementedError
@@ -65,6 +82,24 @@ class _RecordSource(filebasedsource.FileBasedSource):
     return lines.in_range(lambda start: self._chunks(file_name, start),
                           range_tracker, encoding,
                           self._config.max_record_bytes)
+
+
+def _opens(file_name: str) -> bool:
+  try:
+    FileSystems.open(file_name).close()
+  except Exception:  # pylint: disable=broad-except
+    return False
+  return True
+
+
+def _failure(error: Exception, range_tracker, yielded: int) -> str:
+  """What stopped a range, and where, for its dead letter's snippet."""
+  start, stop = range_tracker.start_position() or 0, (
+      range_tracker.stop_position())
+  where = '' if not (start or yielded) else (
+      f' (after {yielded} records of bytes {start}-'
+      f'{"the end" if math.isinf(stop) else stop})')
+  return f'{type(error).__name__}: {error}{where}'
 
 
 class LineSource(_RecordSource):
@@ -91,7 +126,8 @@ class LineSource(_RecordSource):
             rejected.TEXT_TOO_LONG if too_long else rejected.UNDECODABLE_TEXT,
             text)
       elif text.strip(_BLANK):  # blank lines separate records
-        yield self._parse(text, default_id, file_name, self._config)
+        yield rows.guarded(default_id, file_name, text, self._parse, text,
+                           default_id, file_name, self._config)
 
 
 def parse_text_line(text: str, default_id, source, config) -> Dict:
@@ -146,7 +182,9 @@ class CsvSource(_RecordSource):
         yield rows.rejection(default_id, file_name, record.reason,
                              record.detail)
       elif record.offset != header_offset and record.row:
-        yield self._record(record.row, columns, default_id, file_name)
+        yield rows.guarded(default_id, file_name,
+                           self._delimiter.join(record.row), self._record,
+                           record.row, columns, default_id, file_name)
 
   def _record(self, row, columns, default_id, file_name) -> Dict:
     payload = self._delimiter.join(row)
@@ -231,9 +269,10 @@ class ParquetSource(_RecordSource):
               f'read: {error}')
         else:
           for row_number, fields in enumerate(_table_rows(table), first_row):
-            yield rows.record_from_fields(fields, config,
-                                          f'{file_name}:{row_number}',
-                                          file_name, fields)
+            row_id = f'{file_name}:{row_number}'
+            yield rows.guarded(row_id, file_name, fields,
+                               rows.record_from_fields, fields, config, row_id,
+                               file_name, fields)
         first_row += row_count
 
 
@@ -274,9 +313,6 @@ class TFRecordSource(_RecordSource):
     super().__init__(file_pattern, config, splittable=False)
 
   def _read(self, file_name, range_tracker):
-    # pylint: disable=import-outside-toplevel
-    from google.protobuf import message
-    from tensorflow.core.example import example_pb2
     if not range_tracker.try_claim(0):
       return
     reader = streams.ByteReader(self._chunks(file_name))
@@ -284,21 +320,28 @@ class TFRecordSource(_RecordSource):
       default_id = f'{file_name}:{frame.index}'
       if frame.reason:
         yield rows.rejection(default_id, file_name, frame.reason, frame.detail)
-        continue
-      try:
-        example = example_pb2.Example.FromString(frame.data)
-      except message.DecodeError as error:
-        yield rows.rejection(default_id, file_name, rejected.MALFORMED_RECORD,
-                             f'the record at byte {frame.offset} is not a '
-                             f'tf.Example: {error}')
-        continue
-      fields = {}
-      for name, feature in example.features.feature.items():
-        kind = feature.WhichOneof('kind')
-        values = list(getattr(feature, kind).value) if kind else []
-        fields[name] = values[0] if len(values) == 1 else (values or None)
-      yield rows.record_from_fields(fields, self._config, default_id,
-                                    file_name, frame.data)
+      else:
+        yield rows.guarded(default_id, file_name, frame.data, self._record,
+                           frame, default_id, file_name)
+
+  def _record(self, frame: tfrecord_frames.Frame, default_id: str,
+              file_name: str) -> Dict:
+    # pylint: disable=import-outside-toplevel
+    from google.protobuf import message
+    from tensorflow.core.example import example_pb2
+    try:
+      example = example_pb2.Example.FromString(frame.data)
+    except message.DecodeError as error:
+      return rows.rejection(default_id, file_name, rejected.MALFORMED_RECORD,
+                            f'the record at byte {frame.offset} is not a '
+                            f'tf.Example: {error}')
+    fields = {}
+    for name, feature in example.features.feature.items():
+      kind = feature.WhichOneof('kind')
+      values = list(getattr(feature, kind).value) if kind else []
+      fields[name] = values[0] if len(values) == 1 else (values or None)
+    return rows.record_from_fields(fields, self._config, default_id,
+                                   file_name, frame.data)
 
 
 def source_factory(fmt: str, config: config_lib.ReadConfig):

@@ -30,7 +30,7 @@ def schema(pattern: str, config: readers.ReadConfig) -> pa.Schema:
   if config.format in _FIELDLESS_FORMATS:
     raise readers.ReaderError(f'--keep_fields needs named fields; '
                               f'{config.format} input has none')
-  paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+  paths = readers.matched_files(pattern)
   if config.format == 'parquet':
     return _declared_schema(paths, config)
   sample = [record[raw.KEPT] for record in readers.sample(

@@ -45,7 +45,7 @@ class Validate(records.CountingDoFn):
     self._kept_types = kept_types  # (input field, Arrow type) pairs
 
   def process(self, record):
-    self.count_read()
+    self.count_read(record)
     reason = reason_of(record, self._max_text_bytes, self._kept_types)
     if reason:
       yield self.reject(record, reason)
