@@ -60,7 +60,7 @@ def corpus_splits(corpus_dir: str, corpus: str, input_pattern: str,
   # Imported here: the parent process stays light while the jobs run.
   import glob  # pylint: disable=import-outside-toplevel
   from pipeline import readers  # pylint: disable=import-outside-toplevel
-  from pipeline.preprocess import assign_split  # pylint: disable=import-outside-toplevel
+  from pipeline.preprocessing.splits import assign_split  # pylint: disable=import-outside-toplevel
   from schemas import raw  # pylint: disable=import-outside-toplevel
 
   if corpus == 'sms':

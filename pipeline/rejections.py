@@ -116,8 +116,11 @@ def input_hint(by_reason: Dict[str, int], pattern: str,
   if named and named != config.format:
     return (f'; {posixpath.basename(paths[0])} is named like {named}, not '
             f'{config.format} — is --format={named} meant?')
-  with FileSystems.open(paths[0]) as handle:
-    head = handle.read(4)
+  try:
+    with FileSystems.open(paths[0]) as handle:
+      head = handle.read(4)
+  except Exception:  # pylint: disable=broad-except
+    return ''  # the file's own dead letter says why it cannot be read
   for mark, encoding in _BYTE_ORDER_MARKS:
     if head.startswith(mark) and codecs.lookup(encoding).name != codecs.lookup(
         config.encoding).name:

@@ -60,8 +60,13 @@ def _declared_schema(paths: List[str],
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
   declared = []
   for path in paths:
-    with FileSystems.open(path) as handle:
-      file_schema = pq.ParquetFile(handle).schema_arrow
+    try:
+      with FileSystems.open(path) as handle:
+        file_schema = pq.ParquetFile(handle).schema_arrow
+    except Exception as error:  # pylint: disable=broad-except
+      raise readers.ReaderError(
+          f'--keep_fields: cannot read the schema of {path}: {error}'
+      ) from error
     missing = [n for n in config.keep_fields if n not in file_schema.names]
     if missing:
       raise readers.ReaderError(
