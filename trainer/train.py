@@ -295,11 +295,7 @@ def check_trainable(data: data_lib.PreprocessedData) -> None:
 def run(argv=None):
   args = parse_args(argv)
   started = time.time()
-  try:
-    data = data_lib.PreprocessedData.load(args.data_dir)
-  except (tf.errors.NotFoundError, FileNotFoundError, KeyError) as error:
-    raise cli.JobError(
-        f'{args.data_dir} is not a preprocessing output: {error}') from error
+  data = data_lib.PreprocessedData.load(args.data_dir)
   check_trainable(data)
   try:
     params = model_params(args)
