@@ -125,12 +125,24 @@ def test_predict_cli_matches_the_signature(trained):
                                                                   abs=1e-6)
 
 
+# What Keras warned in every training run while it had to find the end of
+# an epoch by running out of data, and was offered to shuffle a dataset.
+KERAS_INPUT_WARNINGS = ('Your input ran out of data',
+                        '`shuffle=True` was passed')
+
+
+def keras_input_warnings(recorded):
+  return [str(warning.message) for warning in recorded
+          if str(warning.message).startswith(KERAS_INPUT_WARNINGS)]
+
+
 def test_a_split_over_the_cache_budget_streams_to_the_same_accuracy(
-    synthetic_preprocessed, trained, tmp_path, caplog):
+    synthetic_preprocessed, trained, tmp_path, caplog, recwarn):
   caplog.set_level(logging.INFO)
   metrics, _ = train.run([
       f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
       *TRAIN_FLAGS, '--cache=auto', '--cache_memory_share=1e-9'])
+  assert not keras_input_warnings(recwarn)
   assert 'train split takes' in caplog.text
   assert 'read from its files every epoch' in caplog.text
   assert 'cached in memory' not in caplog.text
@@ -563,7 +575,7 @@ def test_bucket_width_batches_documents_of_one_length_bucket(preprocessed):
 
 
 def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
-                                                      monkeypatch):
+                                                      monkeypatch, recwarn):
   built, buckets = [], []
   real_optimizer, real_buckets = train.optimizer, data_lib.length_buckets
 
@@ -609,3 +621,4 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
           'warmup_target': 0.005}
   # Train and validation batches were both bucketed.
   assert buckets == [(16, 32, True), (256, 32, False)]
+  assert not keras_input_warnings(recwarn)

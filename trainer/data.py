@@ -239,6 +239,13 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
                              drop_remainder)
   else:
     batches = examples.batch(batch_size, drop_remainder=drop_remainder)
+    # stats.json counts the split, so a pass's batches are known; Keras,
+    # told, no longer finds where the first epoch ends by running out of
+    # data, and warning that it did. A split whose files hold another
+    # count fails at the end of its first pass.
+    count = data.num_examples(split)
+    batches = batches.apply(tf.data.experimental.assert_cardinality(
+        count // batch_size if drop_remainder else -(-count // batch_size)))
   return batches.prefetch(tf.data.AUTOTUNE)
 
 

@@ -23,6 +23,7 @@ import logging
 import posixpath
 import sys
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -231,12 +232,20 @@ def fit_branch(args, model, branch: str, data: Inputs, model_dir: str):
                   # XLA halves the step time of this small model on CPU.
                   jit_compile=True)
   nan_guard = StopOnNaN()
-  history = trained.fit(data.train, validation_data=data.validation,
-                        epochs=args.epochs,
-                        callbacks=[nan_guard, *callbacks(args, model_dir)],
-                        # A progress bar on a terminal, a line an epoch in
-                        # logs.
-                        verbose=1 if sys.stdout.isatty() else 2)
+  with warnings.catch_warnings():
+    if args.bucket_width:
+      # Length buckets leave the batches of a pass uncounted until one has
+      # run, so Keras finds the end of the first epoch by running out of
+      # data and warns that it did: that end is where every epoch ends.
+      warnings.filterwarnings('ignore', message='Your input ran out of data')
+    history = trained.fit(data.train, validation_data=data.validation,
+                          epochs=args.epochs,
+                          callbacks=[nan_guard, *callbacks(args, model_dir)],
+                          # The dataset reshuffles itself every epoch.
+                          shuffle=False,
+                          # A progress bar on a terminal, a line an epoch in
+                          # logs.
+                          verbose=1 if sys.stdout.isatty() else 2)
   if nan_guard.failure:
     epoch, losses = nan_guard.failure
     found = ', '.join(f'{name} {value}' for name, value in losses.items())
