@@ -215,23 +215,28 @@ def test_untrainable_data_is_a_job_error_before_training(
 
 
 class ConstantClassifier(tf.Module):
-  """The export's serving signature, answering 'pos' at 0.75 to any text."""
+  """The export's serving signature, answering ``label`` (the second class)
+  at 0.75 to any text."""
+
+  def __init__(self, label='pos'):
+    super().__init__()
+    self.label = label
 
   @tf.function(input_signature=[
       tf.TensorSpec([None], tf.string, name=serving.TEXT)])
   def classify(self, text):
     count = tf.shape(text)[0]
     return {
-        serving.LABEL: tf.fill([count], 'pos'),
+        serving.LABEL: tf.fill([count], self.label),
         serving.LABEL_ID: tf.fill([count], tf.constant(1, tf.int64)),
         serving.CONFIDENCE: tf.fill([count], 0.75),
         serving.PROBABILITIES: tf.tile([[0.25, 0.75]], [count, 1]),
     }
 
 
-def tiny_export(folder, metadata):
+def tiny_export(folder, metadata, label='pos'):
   """An export folder as the trainer lays it out, without training."""
-  module = ConstantClassifier()
+  module = ConstantClassifier(label)
   tf.saved_model.save(module, str(folder),
                       signatures={serving.SIGNATURE: module.classify})
   (folder / 'assets.extra').mkdir()
