@@ -525,7 +525,8 @@ def test_monitor_picks_the_epoch_whose_weights_are_kept(tmp_path, monitor,
   # Builds the compiled metrics, whose direction the callbacks look up.
   model.evaluate(np.zeros((2, 1)), np.zeros(2), verbose=0)
   args = train_args(f'--monitor={monitor}', '--patience=2')
-  picking = [c for c in train.callbacks(args, str(tmp_path))
+  picking = [c for c in train.callbacks(args, str(tmp_path),
+                                            str(tmp_path / 'logs'))
              if isinstance(c, (keras.callbacks.EarlyStopping,
                                keras.callbacks.ModelCheckpoint))]
   assert len(picking) == 2
