@@ -1,8 +1,9 @@
 """The trainer's faults: bad flags and incomplete preprocessing outputs
 refused before any work, an export published only once evaluated, a run
-that fails or is killed leaving the previous one as it was, and one
-trainer at a time in a model folder."""
+that fails or is killed leaving the previous one as it was, one trainer at
+a time in a model folder, and a model no better than the majority class."""
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -25,6 +26,7 @@ from tests.conftest import main_in_process
 from tests.conftest import run_module
 from tests.test_fail_loud import tree
 from tests.test_trainer import TINY_MODEL
+from tests.test_trainer import preprocess_rows
 from trainer import evaluate
 from trainer import export
 from trainer import lock
@@ -312,3 +314,31 @@ def test_a_version_is_newer_than_every_existing_one(tmp_path):
   assert published == str(tmp_path / serving.EXPORT_DIR / str(future + 1))
   assert exports.read_metadata(published)['version'] == future + 1
   assert not staging.exists()
+
+
+def test_a_model_no_better_than_the_majority_class_is_a_warning(
+    tmp_path, caplog):
+  # One text for every document: whatever the model learns, it answers one
+  # class for all, which on validation is right at most as often as the
+  # train split's majority class.
+  rows = [{'id': str(index), 'text': 'the film and the plot',
+           'label': 'neg' if index % 5 < 3 else 'pos', 'split': split}
+          for split, count in ((raw.TRAIN, 60), (raw.VALIDATION, 20),
+                               (raw.TEST, 20))
+          for index in range(count)]
+  data_dir = preprocess_rows(tmp_path, rows, '--validation_fraction=0')
+  with caplog.at_level(logging.WARNING):
+    metrics, export_dir = train.run([
+        f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
+        *TINY_MODEL])
+  assert metrics[raw.VALIDATION]['majority_baseline'] == 0.6
+  assert "no better than 0.6000, that of always answering 'neg'" in (
+      caplog.text)
+  assert exports.resolve(f'{tmp_path}/model') == export_dir
+
+
+def test_a_model_better_than_the_majority_class_is_no_warning(caplog):
+  metrics = {raw.VALIDATION: {'accuracy': 0.61, 'majority_baseline': 0.6}}
+  with caplog.at_level(logging.WARNING):
+    evaluate.warn_if_no_better_than_majority(metrics, ['neg', 'pos'])
+  assert not caplog.text

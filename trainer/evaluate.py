@@ -11,6 +11,7 @@ the figure to quote.
 import csv
 import dataclasses
 import json
+import logging
 import posixpath
 from typing import Dict, List
 
@@ -37,11 +38,16 @@ HISTORY_PLOT = 'training_curves.png'
 SELECTED_ON = raw.VALIDATION
 # The export's metadata section with the headline figures of its evaluation.
 EVALUATION = 'evaluation'
+# The label vocabulary is ordered by train frequency: id 0 is the train
+# split's most frequent class, what a model that learned nothing predicts.
+MAJORITY_ID = 0
 # The headline figures: (name in the report, key, format).
 HEADLINE = (('examples', 'examples', '{}'),
             ('accuracy', 'accuracy', '{:.4f}'),
             ('macro F1', 'macro_f1', '{:.4f}'),
-            ('ROC AUC', 'roc_auc', '{:.4f}'))
+            ('ROC AUC', 'roc_auc', '{:.4f}'),
+            ('accuracy of the majority class', 'majority_baseline',
+             '{:.4f}'))
 
 
 def confusion_plot(split: str) -> str:
@@ -223,6 +229,24 @@ def write_report(model_dir: str, evaluation: Evaluation,
     out.write('\n'.join(lines))
 
 
+def warn_if_no_better_than_majority(metrics: Dict,
+                                    label_names: List[str]) -> None:
+  """Logs a warning when the model is no more accurate on validation than
+  always answering the train split's most frequent class. Not an error: on
+  small or hard data that can be the truth, but a model that learned
+  nothing should not go out unremarked."""
+  validation = metrics[raw.VALIDATION]
+  if validation['accuracy'] > validation['majority_baseline']:
+    return
+  logging.warning(
+      'train: validation accuracy %.4f is no better than %.4f, that of '
+      'always answering %r, the most frequent train class: the model has '
+      'learned nothing the validation split shows (too few epochs, too '
+      'high or low a --learning_rate, or labels the text does not predict)',
+      validation['accuracy'], validation['majority_baseline'],
+      label_names[MAJORITY_ID])
+
+
 def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
   """Serves the staged export over validation, then test, once; adds to its
   metadata what the scoring job measures drift against and the headline
@@ -234,8 +258,11 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
     labels[split], served[split] = predict_split(signature, data, split)
     metrics[split] = classification_metrics(labels[split], served[split],
                                             data.label_names)
+    metrics[split]['majority_baseline'] = float(
+        np.mean(labels[split] == MAJORITY_ID))
     metrics[split]['calibration'] = calibration.evaluate(
         labels[split], served[split], metadata['calibration']['temperature'])
+  warn_if_no_better_than_majority(metrics, data.label_names)
   # What the scoring job measures each partition's drift against: the
   # predictions on data the model never learned from nor was chosen on.
   exports.add_metadata(export_dir, {
