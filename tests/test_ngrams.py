@@ -15,6 +15,7 @@ from trainer import export
 from serving import exports
 from trainer import model as model_lib
 from trainer import ngrams
+from trainer import runs
 from trainer import train
 
 
@@ -145,9 +146,11 @@ def hybrid(tmp_path_factory):
       '--ngram_epochs=1', '--batch_size=16', '--embed_dim=8', '--ff_dim=8',
       '--ngram_min_count=1', '--transformer_vocab=20', '--seed=3'])
   data = data_lib.PreprocessedData.load(str(data_dir))
-  model, _, _, fitted = train.train(args, train.model_params(args), data)
-  export_dir = export.export(model, data.tft_output, data.label_names,
-                             args.model_dir, {'calibration': fitted})
+  run = runs.Run(args.model_dir)
+  model, _, _, fitted = train.train(args, train.model_params(args), data, run)
+  export.save(model, data.tft_output, data.label_names, run.export,
+              {'calibration': fitted})
+  export_dir = run.export
   texts = [b'superb wonderful film', b'dull waste', b'',
            b'the plot the cast the music the ending ' * 3]
   token_ids = data.tft_output.transform_features_layer()(

@@ -125,12 +125,24 @@ def test_predict_cli_matches_the_signature(trained):
                                                                   abs=1e-6)
 
 
+# What Keras warned in every training run while it had to find the end of
+# an epoch by running out of data, and was offered to shuffle a dataset.
+KERAS_INPUT_WARNINGS = ('Your input ran out of data',
+                        '`shuffle=True` was passed')
+
+
+def keras_input_warnings(recorded):
+  return [str(warning.message) for warning in recorded
+          if str(warning.message).startswith(KERAS_INPUT_WARNINGS)]
+
+
 def test_a_split_over_the_cache_budget_streams_to_the_same_accuracy(
-    synthetic_preprocessed, trained, tmp_path, caplog):
+    synthetic_preprocessed, trained, tmp_path, caplog, recwarn):
   caplog.set_level(logging.INFO)
   metrics, _ = train.run([
       f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
       *TRAIN_FLAGS, '--cache=auto', '--cache_memory_share=1e-9'])
+  assert not keras_input_warnings(recwarn)
   assert 'train split takes' in caplog.text
   assert 'read from its files every epoch' in caplog.text
   assert 'cached in memory' not in caplog.text
@@ -203,23 +215,28 @@ def test_untrainable_data_is_a_job_error_before_training(
 
 
 class ConstantClassifier(tf.Module):
-  """The export's serving signature, answering 'pos' at 0.75 to any text."""
+  """The export's serving signature, answering ``label`` (the second class)
+  at 0.75 to any text."""
+
+  def __init__(self, label='pos'):
+    super().__init__()
+    self.label = label
 
   @tf.function(input_signature=[
       tf.TensorSpec([None], tf.string, name=serving.TEXT)])
   def classify(self, text):
     count = tf.shape(text)[0]
     return {
-        serving.LABEL: tf.fill([count], 'pos'),
+        serving.LABEL: tf.fill([count], self.label),
         serving.LABEL_ID: tf.fill([count], tf.constant(1, tf.int64)),
         serving.CONFIDENCE: tf.fill([count], 0.75),
         serving.PROBABILITIES: tf.tile([[0.25, 0.75]], [count, 1]),
     }
 
 
-def tiny_export(folder, metadata):
+def tiny_export(folder, metadata, label='pos'):
   """An export folder as the trainer lays it out, without training."""
-  module = ConstantClassifier()
+  module = ConstantClassifier(label)
   tf.saved_model.save(module, str(folder),
                       signatures={serving.SIGNATURE: module.classify})
   (folder / 'assets.extra').mkdir()
@@ -508,7 +525,8 @@ def test_monitor_picks_the_epoch_whose_weights_are_kept(tmp_path, monitor,
   # Builds the compiled metrics, whose direction the callbacks look up.
   model.evaluate(np.zeros((2, 1)), np.zeros(2), verbose=0)
   args = train_args(f'--monitor={monitor}', '--patience=2')
-  picking = [c for c in train.callbacks(args, str(tmp_path))
+  picking = [c for c in train.callbacks(args, str(tmp_path),
+                                            str(tmp_path / 'logs'))
              if isinstance(c, (keras.callbacks.EarlyStopping,
                                keras.callbacks.ModelCheckpoint))]
   assert len(picking) == 2
@@ -563,7 +581,7 @@ def test_bucket_width_batches_documents_of_one_length_bucket(preprocessed):
 
 
 def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
-                                                      monkeypatch):
+                                                      monkeypatch, recwarn):
   built, buckets = [], []
   real_optimizer, real_buckets = train.optimizer, data_lib.length_buckets
 
@@ -609,3 +627,4 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
           'warmup_target': 0.005}
   # Train and validation batches were both bucketed.
   assert buckets == [(16, 32, True), (256, 32, False)]
+  assert not keras_input_warnings(recwarn)

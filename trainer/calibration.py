@@ -12,7 +12,7 @@ temperature 1 for every model kind. The model's ``Temperature`` layer holds
 T, so the export serves calibrated probabilities through the same
 signature.
 """
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import keras
 import matplotlib
@@ -162,19 +162,22 @@ def uncalibrated(probabilities: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def evaluate(labels: np.ndarray, probabilities: np.ndarray,
-             temperature: float, plot_path: Optional[str] = None) -> Dict:
+             temperature: float) -> Dict:
   """Calibration figures of a split the export served: the served
-  (calibrated) probabilities against the same model at temperature 1; with
-  ``plot_path``, their reliability diagram there."""
-  before = uncalibrated(probabilities, temperature)
-  if plot_path:
-    plot_reliability({'temperature 1': before,
-                      f'temperature {temperature:.3f}': probabilities},
-                     labels, plot_path)
+  (calibrated) probabilities against the same model at temperature 1."""
   return {'temperature': temperature,
           'bins': ECE_BINS,
-          'before': summary(before, labels),
+          'before': summary(uncalibrated(probabilities, temperature), labels),
           'after': summary(probabilities, labels)}
+
+
+def plot_served(labels: np.ndarray, probabilities: np.ndarray,
+                temperature: float, path: str) -> None:
+  """The reliability diagram of a split the export served, at temperature 1
+  and at the fitted one."""
+  plot_reliability({'temperature 1': uncalibrated(probabilities, temperature),
+                    f'temperature {temperature:.3f}': probabilities},
+                   labels, path)
 
 
 def plot_reliability(curves: Dict[str, np.ndarray], labels: np.ndarray,

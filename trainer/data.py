@@ -9,6 +9,7 @@ from typing import Dict, List
 import tensorflow as tf
 import tensorflow_transform as tft
 
+import cli
 from schemas import raw
 from schemas import transformed
 
@@ -26,21 +27,40 @@ class PreprocessedData:
 
   @classmethod
   def load(cls, data_dir: str) -> 'PreprocessedData':
+    """The output in ``data_dir``, checked whole before any training: a
+    JobError naming what is missing or unreadable otherwise."""
+    _check_parts(data_dir)
+    params = _read_json(data_dir, transformed.PARAMS_FILE)
+    stats = _read_json(data_dir, transformed.STATS_FILE)
+    _check_counts(data_dir, stats)
+    max_len = _field(params, 'transform', 'max_len')
+    if not (isinstance(max_len, int) and max_len > 0):
+      raise _incomplete(data_dir, f'{transformed.PARAMS_FILE} has no '
+                        'transform.max_len')
     tft_output = tft.TFTransformOutput(data_dir)
-    with tf.io.gfile.GFile(posixpath.join(data_dir,
-                                          transformed.PARAMS_FILE)) as handle:
-      params = json.load(handle)
-    with tf.io.gfile.GFile(posixpath.join(data_dir,
-                                          transformed.STATS_FILE)) as handle:
-      stats = json.load(handle)
-    label_names = [name.decode('utf-8') for name in
-                   tft_output.vocabulary_by_name(transformed.LABEL_VOCABULARY)]
-    return cls(
-        data_dir=data_dir, tft_output=tft_output, params=params, stats=stats,
-        label_names=label_names,
-        vocab_size=(tft_output.vocabulary_size_by_name(
-            transformed.TOKEN_VOCABULARY) + transformed.NUM_RESERVED_IDS),
-        max_len=params['transform']['max_len'])
+    try:
+      tft_output.transformed_feature_spec()
+      label_names = [name.decode('utf-8') for name in tft_output
+                     .vocabulary_by_name(transformed.LABEL_VOCABULARY)]
+      vocab_size = (tft_output.vocabulary_size_by_name(
+          transformed.TOKEN_VOCABULARY) + transformed.NUM_RESERVED_IDS)
+    except (OSError, ValueError, tf.errors.OpError) as error:
+      raise _incomplete(data_dir, str(error)) from error
+    data = cls(data_dir=data_dir, tft_output=tft_output, params=params,
+               stats=stats, label_names=label_names, vocab_size=vocab_size,
+               max_len=max_len)
+    data._check_split_files()
+    return data
+
+  def _check_split_files(self) -> None:
+    """A JobError for a split that stats.json counts but no file holds."""
+    missing = [
+        f'no {transformed.split_file_pattern(split)} for the '
+        f'{self.num_examples(split)} {split} records stats.json counts'
+        for split in raw.SPLITS
+        if self.num_examples(split) and not self.files(split)]
+    if missing:
+      raise _incomplete(self.data_dir, '; '.join(missing))
 
   def files(self, split: str) -> List[str]:
     return sorted(tf.io.gfile.glob(posixpath.join(
@@ -57,6 +77,60 @@ class PreprocessedData:
 
   def num_examples(self, split: str) -> int:
     return self.stats['records']['written'][split]
+
+
+# What a preprocessing output holds beside its TFRecords, and what each is.
+_PARTS = {
+    'transform_fn/': 'the TFT transform graph',
+    'transformed_metadata/': 'the schema of the TFRecords',
+    transformed.STATS_FILE: 'the record counts',
+    transformed.PARAMS_FILE: 'the transform parameters',
+}
+
+
+def _incomplete(data_dir: str, what: str) -> cli.JobError:
+  return cli.JobError(f'{data_dir} is not a complete preprocessing output: '
+                      f'{what}; run pipeline.preprocess into it again')
+
+
+def _check_parts(data_dir: str) -> None:
+  if not tf.io.gfile.isdir(data_dir):
+    raise cli.JobError(f'{data_dir} is not a preprocessing output: no such '
+                       'folder')
+  missing = [f'{name} ({what})' for name, what in _PARTS.items()
+             if not tf.io.gfile.exists(posixpath.join(data_dir,
+                                                      name.rstrip('/')))]
+  if missing:
+    raise _incomplete(data_dir, 'no ' + ', no '.join(missing))
+
+
+def _read_json(data_dir: str, name: str):
+  try:
+    with tf.io.gfile.GFile(posixpath.join(data_dir, name)) as handle:
+      return json.load(handle)
+  except (ValueError, tf.errors.OpError) as error:
+    raise _incomplete(data_dir, f'{name} is not readable JSON '
+                      f'({error})') from error
+
+
+def _field(document, *keys):
+  """``document[key][key]…`` of a parsed JSON file; None where a level is
+  missing or not an object."""
+  for key in keys:
+    document = document.get(key) if isinstance(document, dict) else None
+  return document
+
+
+def _check_counts(data_dir: str, stats) -> None:
+  """stats.json must count every split's records: the trainer sizes its
+  cache, shuffle and schedule on them."""
+  written = _field(stats, 'records', 'written')
+  if not (isinstance(written, dict) and all(
+      isinstance(written.get(split), int) and written[split] >= 0
+      for split in raw.SPLITS)):
+    raise _incomplete(data_dir, f'{transformed.STATS_FILE} has no '
+                      'records.written count for each of '
+                      f'{", ".join(raw.SPLITS)}')
 
 
 # --cache: 'memory' keeps a split parsed in memory after the first epoch,
@@ -165,6 +239,13 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
                              drop_remainder)
   else:
     batches = examples.batch(batch_size, drop_remainder=drop_remainder)
+    # stats.json counts the split, so a pass's batches are known; Keras,
+    # told, no longer finds where the first epoch ends by running out of
+    # data, and warning that it did. A split whose files hold another
+    # count fails at the end of its first pass.
+    count = data.num_examples(split)
+    batches = batches.apply(tf.data.experimental.assert_cardinality(
+        count // batch_size if drop_remainder else -(-count // batch_size)))
   return batches.prefetch(tf.data.AUTOTUNE)
 
 

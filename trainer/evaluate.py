@@ -2,12 +2,16 @@
 splits, and a report.
 
 What is reported is what is served: each split's raw text goes through the
-export's signature, not through the Keras model in memory. Validation chose
+export's signature, not through the Keras model in memory. The export is
+evaluated while still staged, and its metadata completed, before it is
+published; the report goes into the model folder after that. Validation chose
 the model (epoch, temperature, branch weights); test chose nothing, and is
 the figure to quote.
 """
 import csv
+import dataclasses
 import json
+import logging
 import posixpath
 from typing import Dict, List
 
@@ -32,6 +36,18 @@ HISTORY_FILE = 'history.csv'
 HISTORY_PLOT = 'training_curves.png'
 # The split whose figures chose the model, as metrics.json says.
 SELECTED_ON = raw.VALIDATION
+# The export's metadata section with the headline figures of its evaluation.
+EVALUATION = 'evaluation'
+# The label vocabulary is ordered by train frequency: id 0 is the train
+# split's most frequent class, what a model that learned nothing predicts.
+MAJORITY_ID = 0
+# The headline figures: (name in the report, key, format).
+HEADLINE = (('examples', 'examples', '{}'),
+            ('accuracy', 'accuracy', '{:.4f}'),
+            ('macro F1', 'macro_f1', '{:.4f}'),
+            ('ROC AUC', 'roc_auc', '{:.4f}'),
+            ('accuracy of the majority class', 'majority_baseline',
+             '{:.4f}'))
 
 
 def confusion_plot(split: str) -> str:
@@ -151,11 +167,9 @@ def _save(figure, path: str) -> None:
 def _summary_lines(metrics: Dict) -> List[str]:
   """The headline figures, one column a split."""
   splits = raw.HELD_OUT
-  rows = [('examples', 'examples', '{}'), ('accuracy', 'accuracy', '{:.4f}'),
-          ('macro F1', 'macro_f1', '{:.4f}'), ('ROC AUC', 'roc_auc', '{:.4f}')]
   lines = ['| | ' + ' | '.join(splits) + ' |',
            '| --- |' + ' ---: |' * len(splits)]
-  for name, key, form in rows:
+  for name, key, form in HEADLINE:
     if key in metrics[splits[0]]:
       lines.append(f'| {name} | ' + ' | '.join(
           form.format(metrics[split][key]) for split in splits) + ' |')
@@ -172,12 +186,29 @@ def _split_lines(section: Dict, split: str) -> List[str]:
   return lines + ['', f'![{split} confusion matrix]({confusion_plot(split)})']
 
 
-def write_report(model_dir: str, metrics: Dict, metadata: Dict) -> None:
-  """metrics.json, the PNG plots and report.md in ``model_dir``."""
+@dataclasses.dataclass
+class Evaluation:
+  """What the evaluation of an export found."""
+  metrics: Dict
+  # The test split's true label ids and served probabilities, for the
+  # reliability diagram.
+  test_labels: np.ndarray
+  test_probabilities: np.ndarray
+
+
+def write_report(model_dir: str, evaluation: Evaluation,
+                 metadata: Dict) -> None:
+  """metrics.json, the PNG plots and report.md in ``model_dir``, for the
+  published export of ``metadata``."""
+  metrics = evaluation.metrics
   with tf.io.gfile.GFile(posixpath.join(model_dir, METRICS_FILE), 'w') as out:
     json.dump(metrics, out, indent=2, sort_keys=True)
   has_history = _plot_history(posixpath.join(model_dir, HISTORY_FILE),
                               posixpath.join(model_dir, HISTORY_PLOT))
+  calibration.plot_served(
+      evaluation.test_labels, evaluation.test_probabilities,
+      metadata['calibration']['temperature'],
+      posixpath.join(model_dir, calibration.RELIABILITY_PLOT))
   lines = [
       '# Evaluation report', '',
       f'Export version {metadata["version"]}, evaluated through its raw-text '
@@ -198,24 +229,45 @@ def write_report(model_dir: str, metrics: Dict, metadata: Dict) -> None:
     out.write('\n'.join(lines))
 
 
-def evaluate(export_dir: str, data: data_lib.PreprocessedData,
-             model_dir: str) -> Dict:
-  """Serves the export over validation, then test, once; writes and returns
-  the metrics of both."""
+def warn_if_no_better_than_majority(metrics: Dict,
+                                    label_names: List[str]) -> None:
+  """Logs a warning when the model is no more accurate on validation than
+  always answering the train split's most frequent class. Not an error: on
+  small or hard data that can be the truth, but a model that learned
+  nothing should not go out unremarked."""
+  validation = metrics[raw.VALIDATION]
+  if validation['accuracy'] > validation['majority_baseline']:
+    return
+  logging.warning(
+      'train: validation accuracy %.4f is no better than %.4f, that of '
+      'always answering %r, the most frequent train class: the model has '
+      'learned nothing the validation split shows (too few epochs, too '
+      'high or low a --learning_rate, or labels the text does not predict)',
+      validation['accuracy'], validation['majority_baseline'],
+      label_names[MAJORITY_ID])
+
+
+def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
+  """Serves the staged export over validation, then test, once; adds to its
+  metadata what the scoring job measures drift against and the headline
+  figures; returns what it found."""
   signature, metadata = exports.load(export_dir)
   metrics = {'selected_on': SELECTED_ON}
-  served = {}
+  labels, served = {}, {}
   for split in raw.HELD_OUT:
-    labels, served[split] = predict_split(signature, data, split)
-    metrics[split] = classification_metrics(labels, served[split],
+    labels[split], served[split] = predict_split(signature, data, split)
+    metrics[split] = classification_metrics(labels[split], served[split],
                                             data.label_names)
+    metrics[split]['majority_baseline'] = float(
+        np.mean(labels[split] == MAJORITY_ID))
     metrics[split]['calibration'] = calibration.evaluate(
-        labels, served[split], metadata['calibration']['temperature'],
-        posixpath.join(model_dir, calibration.RELIABILITY_PLOT)
-        if split == raw.TEST else None)
+        labels[split], served[split], metadata['calibration']['temperature'])
+  warn_if_no_better_than_majority(metrics, data.label_names)
   # What the scoring job measures each partition's drift against: the
   # predictions on data the model never learned from nor was chosen on.
-  exports.add_metadata(export_dir, {drift.REFERENCE: drift.reference(
-      data.label_names, served[raw.TEST])})
-  write_report(model_dir, metrics, metadata)
-  return metrics
+  exports.add_metadata(export_dir, {
+      drift.REFERENCE: drift.reference(data.label_names, served[raw.TEST]),
+      EVALUATION: {'selected_on': SELECTED_ON, **{
+          split: {key: metrics[split][key] for _, key, _ in HEADLINE
+                  if key in metrics[split]} for split in raw.HELD_OUT}}})
+  return Evaluation(metrics, labels[raw.TEST], served[raw.TEST])

@@ -6,9 +6,15 @@ A SavedModel in TF Serving's layout, ``<model_dir>/export/<version>/``, whose
 caller that batches documents by length, ``schemas.serving``). The TFT transform
 graph is inside it, so serving tokenizes exactly as training did and the
 export keeps working after the preprocessing output is deleted. Metadata
-(version, label names, parameters, data stats, and once evaluated the test
-split's prediction distribution, ``reference``) is saved beside the graph
+(version, label names, parameters, data stats, and from the evaluation the
+test split's prediction distribution, ``reference``, and the headline
+figures, ``evaluation``) is saved beside the graph
 (``schemas.serving.METADATA_FILE``); ``serving.exports`` finds and loads it.
+
+An export is saved into a staging folder that no reader looks at, evaluated
+there, and renamed to its version only then: a version that a scoring job
+can see has its evaluation and its drift reference, whenever the trainer
+was stopped.
 """
 import posixpath
 import time
@@ -66,19 +72,10 @@ class RawTextClassifier(tf.Module):
     }
 
 
-def export(model, tft_output, label_names: List[str], model_dir: str,
-           metadata: Dict) -> str:
-  """Saves a new export version; returns its folder.
-
-  The version is written under a temporary name and renamed into place, so
-  a server polling ``export/`` never loads a half-written version.
-  """
-  version = int(time.time())
-  export_root = posixpath.join(model_dir, serving.EXPORT_DIR)
-  while tf.io.gfile.exists(posixpath.join(export_root, str(version))):
-    version += 1
-  final = posixpath.join(export_root, str(version))
-  staging = posixpath.join(export_root, f'.tmp-{version}')
+def save(model, tft_output, label_names: List[str], staging: str,
+         metadata: Dict) -> None:
+  """Saves the export, not yet visible, into ``staging`` (``runs.Run.export``),
+  for the evaluation to serve and complete; ``publish`` makes it a version."""
   module = RawTextClassifier(model, tft_output, label_names)
   tf.saved_model.save(module, staging,
                       signatures={
@@ -86,7 +83,21 @@ def export(model, tft_output, label_names: List[str], model_dir: str,
                           serving.TOKENIZE: module.tokenize,
                           serving.CLASSIFY_TOKEN_IDS: module.classify_token_ids,
                       })
-  exports.write_metadata(staging, {**metadata, 'version': version,
-                                    'label_names': label_names})
+  exports.write_metadata(staging, {**metadata, 'label_names': label_names})
+
+
+def publish(staging: str, model_dir: str) -> str:
+  """Renames a complete staged export to ``export/<version>/``; returns it.
+
+  The version is the time in seconds, but above every existing version, so
+  the newest version is always the newest run's, even after the clock went
+  back; the model folder's lock keeps two runs from taking the same one.
+  """
+  export_root = posixpath.join(model_dir, serving.EXPORT_DIR)
+  versions = [int(name.rstrip('/')) for name in tf.io.gfile.listdir(
+      export_root) if name.rstrip('/').isdigit()]
+  version = max([int(time.time()), *(v + 1 for v in versions)])
+  exports.add_metadata(staging, {'version': version})
+  final = posixpath.join(export_root, str(version))
   tf.io.gfile.rename(staging, final)
   return final

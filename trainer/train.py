@@ -12,8 +12,11 @@ preprocessing output. Trains with Adam(W) and sparse categorical
 cross-entropy (the hybrid's two branches one after the other) on the train
 split; everything chosen is chosen on the validation split: the epoch
 (early stopping, best weights restored), the temperature and the hybrid's
-branch weights. Exports a raw-text SavedModel and evaluates that export on
-validation and, once, on test into metrics.json and a report with plots.
+branch weights. Saves a raw-text SavedModel, staged, evaluates that export
+on validation and, once, on test, and only then publishes it as a version,
+with metrics.json and a report with plots. One trainer at a time in a
+model folder (``trainer.lock``); a run that fails or is killed leaves the
+previous one's files as they were (``trainer.runs``).
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
@@ -23,6 +26,7 @@ import logging
 import posixpath
 import sys
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -31,12 +35,15 @@ import tensorflow as tf
 import cli
 from cli import flags
 from schemas import raw
+from serving import exports
 from trainer import calibration
 from trainer import data as data_lib
 from trainer import evaluate
 from trainer import export
+from trainer import lock
 from trainer import model as model_lib
 from trainer import ngrams
+from trainer import runs
 
 
 def parse_args(argv):
@@ -140,16 +147,19 @@ def optimizer(args, steps: int):
   return keras.optimizers.Adam(**options)
 
 
-def callbacks(args, model_dir: str):
+def callbacks(args, scratch: str, logs: str):
+  """Early stopping, and the run's checkpoint and history in ``scratch``
+  and TensorBoard logs in ``logs``."""
+  tf.io.gfile.makedirs(scratch)  # CSVLogger does not make its folder
   return [
       keras.callbacks.EarlyStopping(monitor=args.monitor,
                                     patience=args.patience,
                                     restore_best_weights=True, verbose=1),
       keras.callbacks.ModelCheckpoint(
-          posixpath.join(model_dir, 'checkpoints', 'best.weights.h5'),
+          posixpath.join(scratch, runs.CHECKPOINTS_DIR, 'best.weights.h5'),
           monitor=args.monitor, save_best_only=True, save_weights_only=True),
-      keras.callbacks.TensorBoard(posixpath.join(model_dir, 'logs')),
-      keras.callbacks.CSVLogger(posixpath.join(model_dir,
+      keras.callbacks.TensorBoard(logs),
+      keras.callbacks.CSVLogger(posixpath.join(scratch,
                                                evaluate.HISTORY_FILE)),
   ]
 
@@ -220,8 +230,9 @@ def branch_args(args, branch: str):
       'weight_decay': 0.0})
 
 
-def fit_branch(args, model, branch: str, data: Inputs, model_dir: str):
-  """Trains one branch of ``model`` alone; returns its history."""
+def fit_branch(args, model, branch: str, data: Inputs, folders):
+  """Trains one branch of ``model`` alone, with its scratch and log
+  ``folders``; returns its history."""
   args = branch_args(args, branch)
   trained = model_lib.branch_model(model, branch)
   steps = -(-data.train_examples // args.batch_size) * args.epochs
@@ -231,12 +242,20 @@ def fit_branch(args, model, branch: str, data: Inputs, model_dir: str):
                   # XLA halves the step time of this small model on CPU.
                   jit_compile=True)
   nan_guard = StopOnNaN()
-  history = trained.fit(data.train, validation_data=data.validation,
-                        epochs=args.epochs,
-                        callbacks=[nan_guard, *callbacks(args, model_dir)],
-                        # A progress bar on a terminal, a line an epoch in
-                        # logs.
-                        verbose=1 if sys.stdout.isatty() else 2)
+  with warnings.catch_warnings():
+    if args.bucket_width:
+      # Length buckets leave the batches of a pass uncounted until one has
+      # run, so Keras finds the end of the first epoch by running out of
+      # data and warns that it did: that end is where every epoch ends.
+      warnings.filterwarnings('ignore', message='Your input ran out of data')
+    history = trained.fit(data.train, validation_data=data.validation,
+                          epochs=args.epochs,
+                          callbacks=[nan_guard, *callbacks(args, *folders)],
+                          # The dataset reshuffles itself every epoch.
+                          shuffle=False,
+                          # A progress bar on a terminal, a line an epoch in
+                          # logs.
+                          verbose=1 if sys.stdout.isatty() else 2)
   if nan_guard.failure:
     epoch, losses = nan_guard.failure
     found = ', '.join(f'{name} {value}' for name, value in losses.items())
@@ -247,9 +266,9 @@ def fit_branch(args, model, branch: str, data: Inputs, model_dir: str):
 
 
 def train(args, params: model_lib.ModelParams,
-          data: data_lib.PreprocessedData):
-  """Fits the model; returns (model, histories by branch, training seconds,
-  calibration)."""
+          data: data_lib.PreprocessedData, run: runs.Run):
+  """Fits the model, its files in ``run``'s folders; returns (model,
+  histories by branch, training seconds, calibration)."""
   keras.utils.set_random_seed(args.seed)
   fitting = inputs(args, data)
   started = time.time()
@@ -265,11 +284,12 @@ def train(args, params: model_lib.ModelParams,
   model.summary(print_fn=logging.info)
   histories = {}
   for branch in params.branches:
-    # The hybrid's n-gram branch logs beside, not over, the transformer's.
-    histories[branch] = fit_branch(
-        args, model, branch, fitting,
-        args.model_dir if branch == params.branches[0] else
-        posixpath.join(args.model_dir, branch))
+    folders = (run.scratch, run.logs)
+    if branch != params.branches[0]:
+      # The hybrid's n-gram branch writes beside, not over, the
+      # transformer's.
+      folders = tuple(posixpath.join(folder, branch) for folder in folders)
+    histories[branch] = fit_branch(args, model, branch, fitting, folders)
   fitted = calibration.calibrate(model, fitting.validation)
   return model, histories, time.time() - started, fitted
 
@@ -295,34 +315,50 @@ def check_trainable(data: data_lib.PreprocessedData) -> None:
 def run(argv=None):
   args = parse_args(argv)
   started = time.time()
-  try:
-    data = data_lib.PreprocessedData.load(args.data_dir)
-  except (tf.errors.NotFoundError, FileNotFoundError, KeyError) as error:
-    raise cli.JobError(
-        f'{args.data_dir} is not a preprocessing output: {error}') from error
+  data = data_lib.PreprocessedData.load(args.data_dir)
   check_trainable(data)
   try:
     params = model_params(args)
   except ValueError as error:
     raise cli.JobError(str(error)) from error
   tf.io.gfile.makedirs(args.model_dir)
-  model, histories, seconds, fitted = train(args, params, data)
+  with lock.exclusive(args.model_dir):
+    runs.sweep(args.model_dir)
+    run_folders = runs.Run(args.model_dir)
+    try:
+      return train_and_publish(args, params, data, run_folders, started)
+    except BaseException:
+      run_folders.discard()
+      raise
+
+
+def train_and_publish(args, params: model_lib.ModelParams,
+                      data: data_lib.PreprocessedData, run_folders: runs.Run,
+                      started: float):
+  """Trains, saves the export staged, evaluates it, and only then publishes
+  it and the run's files; returns (metrics, export folder)."""
+  model, histories, seconds, fitted = train(args, params, data, run_folders)
   epochs_run = {branch: len(history['loss'])
                 for branch, history in histories.items()}
-  export_dir = export.export(model, data.tft_output, data.label_names,
-                             args.model_dir, {
-                                 'training': {
-                                     **vars(args),
-                                     'epochs_run': sum(epochs_run.values()),
-                                     'epochs_run_by_branch': epochs_run,
-                                     'training_seconds': round(seconds, 1),
-                                 },
-                                 'preprocessing': data.params,
-                                 'data_stats': data.stats,
-                                 'calibration': fitted,
-                             })
-  metrics = evaluate.evaluate(export_dir, data, args.model_dir)
-  validation, test = metrics[raw.VALIDATION], metrics[raw.TEST]
+  export.save(model, data.tft_output, data.label_names, run_folders.export, {
+      'training': {
+          **vars(args),
+          'epochs_run': sum(epochs_run.values()),
+          'epochs_run_by_branch': epochs_run,
+          'training_seconds': round(seconds, 1),
+          'run_id': run_folders.run_id,
+      },
+      'preprocessing': data.params,
+      'data_stats': data.stats,
+      'calibration': fitted,
+  })
+  evaluation = evaluate.evaluate(run_folders.export, data)
+  export_dir = export.publish(run_folders.export, args.model_dir)
+  run_folders.publish_scratch()
+  evaluate.write_report(args.model_dir, evaluation,
+                        exports.read_metadata(export_dir))
+  validation = evaluation.metrics[raw.VALIDATION]
+  test = evaluation.metrics[raw.TEST]
   logging.info(
       'train: %d epochs in %.0f s (total %.0f s); validation accuracy %.4f; '
       'test accuracy %.4f, macro F1 %.4f on %d examples; export %s; report %s',
@@ -330,7 +366,7 @@ def run(argv=None):
       validation['accuracy'], test['accuracy'], test['macro_f1'],
       test['examples'], export_dir,
       posixpath.join(args.model_dir, evaluate.REPORT_FILE))
-  return metrics, export_dir
+  return evaluation.metrics, export_dir
 
 
 if __name__ == '__main__':

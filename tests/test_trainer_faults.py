@@ -1,0 +1,344 @@
+"""The trainer's faults: bad flags and incomplete preprocessing outputs
+refused before any work, an export published only once evaluated, a run
+that fails or is killed leaving the previous one as it was, one trainer at
+a time in a model folder, and a model no better than the majority class."""
+import json
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+import cli
+from schemas import raw
+from schemas import serving
+from schemas import transformed
+from serving import exports
+from tests.conftest import REPO
+from tests.conftest import main_in_process
+from tests.conftest import run_module
+from tests.test_fail_loud import tree
+from tests.test_trainer import TINY_MODEL
+from tests.test_trainer import preprocess_rows
+from trainer import evaluate
+from trainer import export
+from trainer import lock
+from trainer import runs
+from trainer import train
+
+
+@pytest.fixture
+def previous_model(trained, tmp_path):
+  """A copy of the trained fixture's model folder: a run's complete
+  output, which later runs in these tests must keep or replace whole.
+  Returns (the folder, its export folder)."""
+  model_dir, export_dir, _ = trained
+  copy = tmp_path / 'model'
+  shutil.copytree(model_dir, copy)
+  return copy, str(copy / serving.EXPORT_DIR / pathlib.Path(export_dir).name)
+
+
+def outputs_of_runs(model_dir):
+  """Every file a run leaves in ``model_dir`` but its TensorBoard logs
+  (one folder a run, kept) and the lock file (rewritten by each run)."""
+  return {path: data for path, data in tree(model_dir).items()
+          if not path.startswith(runs.LOGS_DIR + os.sep) and
+          path != lock.LOCK_FILE}
+
+
+def leftovers(model_dir):
+  return (list(model_dir.glob(runs.SCRATCH_PREFIX + '*')) +
+          list((model_dir / serving.EXPORT_DIR).glob(
+              runs.STAGING_PREFIX + '*')))
+
+
+@pytest.mark.parametrize('flag', [
+    '--epochs=0', '--epochs=-1', '--batch_size=0', '--dropout=1.5',
+    '--num_heads=0', '--embed_dim=0', '--learning_rate=-1',
+    '--learning_rate=nan'])
+def test_a_bad_flag_is_one_error_line_before_any_work(
+    flag, previous_model, synthetic_preprocessed, tmp_path, monkeypatch,
+    capsys):
+  model_dir, _ = previous_model
+  before = tree(model_dir)
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={synthetic_preprocessed}',
+      f'--model_dir={model_dir}', flag)
+  assert status == cli.EXIT_JOB_ERROR
+  (line,) = stderr.strip().splitlines()
+  assert line.startswith(f'error: argument {flag.split("=")[0]}: ')
+  assert tree(model_dir) == before
+  status, _ = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={synthetic_preprocessed}',
+      f'--model_dir={tmp_path}/new', flag)
+  assert status == cli.EXIT_JOB_ERROR
+  assert not (tmp_path / 'new').exists()
+
+
+def remove(path):
+  if path.is_dir():
+    shutil.rmtree(path)
+  else:
+    path.unlink()
+
+
+def break_file(name, text):
+  return lambda data_dir: (data_dir / name).write_text(text)
+
+
+def drop_count(data_dir):
+  stats = json.loads((data_dir / transformed.STATS_FILE).read_text())
+  del stats['records']['written'][raw.TEST]
+  (data_dir / transformed.STATS_FILE).write_text(json.dumps(stats))
+
+
+def drop(*names):
+  return lambda data_dir: [remove(path) for name in names
+                           for path in data_dir.glob(name)]
+
+
+@pytest.mark.parametrize('damage, message', [
+    (drop('transform_fn'), 'no transform_fn/ (the TFT transform graph)'),
+    (drop('transformed_metadata', transformed.STATS_FILE),
+     'no transformed_metadata/ (the schema of the TFRecords), no stats.json'),
+    (drop(transformed.PARAMS_FILE), f'no {transformed.PARAMS_FILE}'),
+    (drop('validation-*'), 'no validation-*.tfrecord.gz for the 62 '
+     'validation records stats.json counts'),
+    (break_file(transformed.STATS_FILE, '{"records": '),
+     'stats.json is not readable JSON'),
+    (drop_count, 'stats.json has no records.written count'),
+    (break_file(transformed.PARAMS_FILE, '{"transform": {}}'),
+     f'{transformed.PARAMS_FILE} has no transform.max_len'),
+    (drop('transform_fn/assets/labels'), 'labels'),
+    (drop('transformed_metadata/schema.pbtxt'), 'schema.pbtxt'),
+])
+def test_an_incomplete_preprocessing_output_is_a_job_error_naming_the_gap(
+    damage, message, synthetic_preprocessed, tmp_path, monkeypatch, capsys):
+  data_dir = tmp_path / 'preprocessed'
+  shutil.copytree(synthetic_preprocessed, data_dir)
+  damage(data_dir)
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={data_dir}',
+      f'--model_dir={tmp_path}/model')
+  assert status == cli.EXIT_JOB_ERROR
+  (line,) = [line for line in stderr.splitlines() if line.startswith('error')]
+  assert line.startswith(f'error: {data_dir} is not a complete preprocessing '
+                         'output: ')
+  assert message in line
+  assert not (tmp_path / 'model').exists()
+
+
+def test_a_failed_evaluation_publishes_nothing_and_the_next_run_all(
+    previous_model, synthetic_preprocessed, monkeypatch):
+  model_dir, previous_export = previous_model
+  before = outputs_of_runs(model_dir)
+  real_evaluate = evaluate.evaluate
+
+  def failing(*_):
+    assert exports.resolve(str(model_dir)) == previous_export
+    raise RuntimeError('evaluation failed')
+  monkeypatch.setattr(evaluate, 'evaluate', failing)
+  flags = [f'--data_dir={synthetic_preprocessed}', f'--model_dir={model_dir}',
+           *TINY_MODEL]
+  with pytest.raises(RuntimeError, match='evaluation failed'):
+    train.run(flags)
+  assert exports.resolve(str(model_dir)) == previous_export
+  assert outputs_of_runs(model_dir) == before
+  assert not leftovers(model_dir)
+
+  # What a killed run leaves, and a hybrid run's n-gram files: the next run
+  # removes the first, and replaces the second by its own (none).
+  for leftover in (model_dir / '.run-killed',
+                   model_dir / serving.EXPORT_DIR / '.tmp-killed'):
+    leftover.mkdir()
+    (leftover / 'saved_model.pb').write_bytes(b'')
+  (model_dir / 'ngram_logits').mkdir()
+  (model_dir / 'ngram_logits' / evaluate.HISTORY_FILE).write_text('old')
+  monkeypatch.setattr(evaluate, 'evaluate', real_evaluate)
+  metrics, export_dir = train.run(flags)
+  assert exports.resolve(str(model_dir)) == export_dir != previous_export
+  assert int(pathlib.Path(export_dir).name) > int(
+      pathlib.Path(previous_export).name)
+  metadata = exports.read_metadata(export_dir)
+  assert metadata['version'] == int(pathlib.Path(export_dir).name)
+  assert metadata[evaluate.EVALUATION]['test']['accuracy'] == (
+      metrics[raw.TEST]['accuracy'])
+  assert metadata['reference']['documents'] == 200
+  assert f'Export version {metadata["version"]}' in (
+      model_dir / evaluate.REPORT_FILE).read_text()
+  assert json.loads((model_dir / evaluate.METRICS_FILE).read_text()) == metrics
+  epochs = (model_dir / evaluate.HISTORY_FILE).read_text().splitlines()
+  assert len(epochs) == 1 + metadata['training']['epochs_run']
+  assert not leftovers(model_dir)
+  assert not (model_dir / 'ngram_logits').exists()
+  assert (model_dir / runs.LOGS_DIR / metadata['training']['run_id']).is_dir()
+
+
+def wait_for(condition, process, seconds=300):
+  """Polls ``condition`` until it holds; fails if ``process`` ends first."""
+  deadline = time.time() + seconds
+  while not condition():
+    assert process.poll() is None, process.communicate()[1][-3000:]
+    assert time.time() < deadline, 'timed out'
+    time.sleep(0.1)
+
+
+def test_a_trainer_killed_before_publishing_leaves_no_visible_version(
+    previous_model, synthetic_preprocessed, tmp_path):
+  model_dir, previous_export = previous_model
+  before = outputs_of_runs(model_dir)
+  staged = tmp_path / 'staged'
+  # The trainer itself, stopped where its export is saved and evaluation
+  # begins, until it is killed.
+  code = (
+      'import pathlib, sys, time\n'
+      'import cli\n'
+      'from trainer import evaluate, train\n'
+      'def stalled(export_dir, data):\n'
+      f'  pathlib.Path({str(staged)!r}).write_text(export_dir)\n'
+      '  time.sleep(600)\n'
+      'evaluate.evaluate = stalled\n'
+      'cli.main(train.run)\n')
+  trainer = subprocess.Popen(
+      [sys.executable, '-c', code, f'--data_dir={synthetic_preprocessed}',
+       f'--model_dir={model_dir}', *TINY_MODEL], cwd=REPO,
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  try:
+    wait_for(staged.exists, trainer)
+  finally:
+    trainer.kill()
+    trainer.communicate()
+  assert trainer.returncode == -signal.SIGKILL
+  staging = pathlib.Path(staged.read_text())
+  assert (staging / 'saved_model.pb').exists()
+  assert staging.name.startswith(runs.STAGING_PREFIX)
+  assert exports.resolve(str(model_dir)) == previous_export
+  # The previous run's files as they were; the killed run's only in its
+  # own folders, which the next run removes.
+  after = outputs_of_runs(model_dir)
+  assert {path: after.get(path) for path in before} == before
+  hidden = (runs.SCRATCH_PREFIX,
+            os.path.join(serving.EXPORT_DIR, runs.STAGING_PREFIX))
+  assert all(path.startswith(hidden) for path in after if path not in before)
+
+
+def lock_holder_pid(model_dir):
+  try:
+    return json.loads((model_dir / lock.LOCK_FILE).read_text())['pid']
+  except (OSError, ValueError, KeyError):
+    return None
+
+
+def test_a_second_trainer_on_one_model_dir_is_refused_naming_the_first(
+    synthetic_preprocessed, tmp_path):
+  model_dir = tmp_path / 'model'
+  flags = [f'--data_dir={synthetic_preprocessed}', f'--model_dir={model_dir}',
+           *TINY_MODEL]
+  # Enough epochs to outlast the second trainer's start.
+  first = subprocess.Popen(
+      [sys.executable, '-m', 'trainer.train', *flags, '--epochs=10000',
+       '--patience=10000'], cwd=REPO, stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE, text=True)
+  try:
+    wait_for(lambda: lock_holder_pid(model_dir) == first.pid, first)
+    second = run_module('trainer.train', *flags)
+    assert first.poll() is None
+  finally:
+    first.send_signal(signal.SIGTERM)
+    first.communicate()
+  assert second.returncode == cli.EXIT_JOB_ERROR
+  errors = [line for line in second.stderr.splitlines()
+            if line.startswith('error:')]
+  assert len(errors) == 1
+  assert f'another trainer (host {socket.gethostname()}, pid {first.pid}' in (
+      errors[0])
+  # The first, stopped, published nothing and left nothing but its logs.
+  assert first.returncode == cli.EXIT_TERMINATED
+  assert sorted(path.name for path in model_dir.iterdir()) == [
+      lock.LOCK_FILE, runs.LOGS_DIR]
+
+
+def test_the_local_lock_names_its_holder_and_ends_with_the_run(tmp_path):
+  with lock.exclusive(str(tmp_path)):
+    with pytest.raises(lock.Busy, match=f'pid {os.getpid()}, since '):
+      with lock.exclusive(str(tmp_path)):
+        pass
+  with lock.exclusive(str(tmp_path)):
+    pass
+
+
+def holder(path):
+  with tf.io.gfile.GFile(path) as handle:
+    return json.loads(handle.read())
+
+
+def test_the_object_store_lock_is_a_file_kept_fresh_and_taken_when_stale(
+    monkeypatch, tmp_path):
+  monkeypatch.setattr(lock, 'SETTLE_SECONDS', 0)
+  model_dir = f'ram://{tmp_path}/model'
+  path = f'{model_dir}/{lock.LOCK_FILE}'
+  tf.io.gfile.makedirs(model_dir)
+  with lock.exclusive(model_dir):
+    with pytest.raises(lock.Busy, match=f'pid {os.getpid()}, since '):
+      with lock.exclusive(model_dir):
+        pass
+  assert not tf.io.gfile.exists(path)
+  monkeypatch.setattr(lock, 'HEARTBEAT_SECONDS', 0.05)
+  with lock.exclusive(model_dir):
+    written = holder(path)['time']
+    deadline = time.time() + 60
+    while holder(path)['time'] == written:
+      assert time.time() < deadline
+      time.sleep(0.05)
+  # A dead trainer's lock, not rewritten for longer than STALE_SECONDS.
+  with tf.io.gfile.GFile(path, 'w') as handle:
+    handle.write(json.dumps({'host': 'gone', 'pid': 1, 'token': 'x',
+                             'time': time.time() - lock.STALE_SECONDS - 1}))
+  with lock.exclusive(model_dir):
+    assert holder(path)['pid'] == os.getpid()
+
+
+def test_a_version_is_newer_than_every_existing_one(tmp_path):
+  future = int(time.time()) + 10**6
+  (tmp_path / serving.EXPORT_DIR / str(future)).mkdir(parents=True)
+  staging = tmp_path / serving.EXPORT_DIR / '.tmp-run'
+  exports.write_metadata(str(staging), {'label_names': ['a', 'b']})
+  published = export.publish(str(staging), str(tmp_path))
+  assert published == str(tmp_path / serving.EXPORT_DIR / str(future + 1))
+  assert exports.read_metadata(published)['version'] == future + 1
+  assert not staging.exists()
+
+
+def test_a_model_no_better_than_the_majority_class_is_a_warning(
+    tmp_path, caplog):
+  # One text for every document: whatever the model learns, it answers one
+  # class for all, which on validation is right at most as often as the
+  # train split's majority class.
+  rows = [{'id': str(index), 'text': 'the film and the plot',
+           'label': 'neg' if index % 5 < 3 else 'pos', 'split': split}
+          for split, count in ((raw.TRAIN, 60), (raw.VALIDATION, 20),
+                               (raw.TEST, 20))
+          for index in range(count)]
+  data_dir = preprocess_rows(tmp_path, rows, '--validation_fraction=0')
+  with caplog.at_level(logging.WARNING):
+    metrics, export_dir = train.run([
+        f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
+        *TINY_MODEL])
+  assert metrics[raw.VALIDATION]['majority_baseline'] == 0.6
+  assert "no better than 0.6000, that of always answering 'neg'" in (
+      caplog.text)
+  assert exports.resolve(f'{tmp_path}/model') == export_dir
+
+
+def test_a_model_better_than_the_majority_class_is_no_warning(caplog):
+  metrics = {raw.VALIDATION: {'accuracy': 0.61, 'majority_baseline': 0.6}}
+  with caplog.at_level(logging.WARNING):
+    evaluate.warn_if_no_better_than_majority(metrics, ['neg', 'pos'])
+  assert not caplog.text

@@ -1,0 +1,100 @@
+"""A training run's own folders in the model folder, and what killed runs
+left there.
+
+A run writes its scratch files (Keras's history.csv, the best checkpoint,
+the hybrid's n-gram branch's) into ``.run-<id>/`` and its export into
+``export/.tmp-<id>/``, names that ``serving.exports.resolve`` skips; only a
+run that succeeded puts them in place (``export.publish``,
+``Run.publish_scratch``), so a run that fails or is killed never touches
+the previous run's files. TensorBoard logs go to ``logs/<id>/``, one folder
+a run, and stay. The model folder's lock (``trainer.lock``) makes every
+``.run-*`` and ``export/.tmp-*`` folder that the holder did not make a
+killed run's: ``sweep`` removes them.
+"""
+import dataclasses
+import logging
+import posixpath
+import secrets
+import time
+
+import tensorflow as tf
+
+from schemas import serving
+from trainer import evaluate
+from trainer import model as model_lib
+
+SCRATCH_PREFIX = '.run-'
+STAGING_PREFIX = '.tmp-'
+LOGS_DIR = 'logs'
+CHECKPOINTS_DIR = 'checkpoints'
+# A run's files beside its export: each replaces the previous run's.
+SCRATCH = (evaluate.HISTORY_FILE, CHECKPOINTS_DIR, model_lib.NGRAM_LOGITS)
+
+
+def new_run_id() -> str:
+  """When the run started (UTC), and a random part: runs started in the
+  same second on two machines still differ."""
+  return (time.strftime('%Y%m%d-%H%M%S', time.gmtime()) + '-' +
+          secrets.token_hex(3))
+
+
+def _remove(path: str) -> None:
+  if tf.io.gfile.isdir(path):
+    tf.io.gfile.rmtree(path)
+  elif tf.io.gfile.exists(path):
+    tf.io.gfile.remove(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The folders of one run in ``model_dir``."""
+  model_dir: str
+  run_id: str = dataclasses.field(default_factory=new_run_id)
+
+  @property
+  def scratch(self) -> str:
+    return posixpath.join(self.model_dir, SCRATCH_PREFIX + self.run_id)
+
+  @property
+  def export(self) -> str:
+    """Where the export is saved and evaluated before it is published."""
+    return posixpath.join(self.model_dir, serving.EXPORT_DIR,
+                          STAGING_PREFIX + self.run_id)
+
+  @property
+  def logs(self) -> str:
+    return posixpath.join(self.model_dir, LOGS_DIR, self.run_id)
+
+  def publish_scratch(self) -> None:
+    """Puts the run's scratch files in place of the previous run's, and
+    removes those of the previous run that this one has no counterpart of
+    (a hybrid's n-gram files after a transformer run): the model folder then
+    describes one run."""
+    for name in SCRATCH:
+      source = posixpath.join(self.scratch, name)
+      target = posixpath.join(self.model_dir, name)
+      if tf.io.gfile.isdir(target):
+        tf.io.gfile.rmtree(target)
+      if tf.io.gfile.exists(source):
+        tf.io.gfile.rename(source, target, overwrite=True)
+      else:
+        _remove(target)
+    _remove(self.scratch)
+
+  def discard(self) -> None:
+    """Removes what a failed run staged; its logs stay, to show why."""
+    _remove(self.export)
+    _remove(self.scratch)
+
+
+def sweep(model_dir: str) -> None:
+  """Removes the scratch and staging folders that killed runs left; only
+  under the model folder's lock, when no live run can own them."""
+  patterns = (posixpath.join(model_dir, SCRATCH_PREFIX + '*'),
+              posixpath.join(model_dir, serving.EXPORT_DIR,
+                             STAGING_PREFIX + '*'))
+  for pattern in patterns:
+    for leftover in tf.io.gfile.glob(pattern):
+      logging.info('train: removing %s, left by a run that did not end',
+                   leftover)
+      _remove(leftover)
