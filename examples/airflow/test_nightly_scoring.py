@@ -170,13 +170,17 @@ def test_a_rerun_replaces_the_partition(nightly, published):
 
 
 def test_a_failing_run_fails_its_task_and_keeps_the_partition(
-    nightly, published):
+    nightly, published, capfd):
   before = snapshot(nightly.partition(DAY))
   blank = [{'id': f'blank-{index}', 'text': ' \t '} for index in range(50)]
   state, tasks = nightly.run(DAY, blank)
   assert state == 'failed'
   assert tasks == dict(zip(ALL_TASKS, ['failed'] + ['upstream_failed'] * 3))
   assert snapshot(nightly.partition(DAY)) == before
+  # The job's own refusal, not an interpreter that failed to start.
+  task_log = capfd.readouterr().out
+  assert 'so the job did not start (empty_text 50' in task_log
+  assert 'non-zero exit code 2.' in task_log
 
 
 def test_drifted_scores_go_to_review_instead_of_publish(nightly):
