@@ -57,8 +57,8 @@ with DAG(
       append_env=True,  # PATH, HOME, TMPDIR... as the worker has them
       skip_on_exit_code=None,
       # Worth it after a stop (130, 143), an unexpected failure (1) or an
-      # input not there yet (2); a bad corpus (3, 4) or model (5) fails
-      # again, and each retry leaves the previous partition as it was.
+      # input not there yet (2); a bad corpus (3, 4) or model (5) fails the
+      # same way again, harmlessly: a retry is a rerun of the partition.
       retries=2,
       retry_delay=datetime.timedelta(minutes=10),
       execution_timeout=datetime.timedelta(hours=4),
@@ -66,8 +66,8 @@ with DAG(
 
   @task.branch
   def route_on_drift(ds=None):
-    """Review a partition whose scores drifted from the test split's
-    before anyone reads it; publish the others."""
+    """A partition whose scores drifted from the test split's goes to a
+    person before its consumers are told of it; the others go on."""
     manifest = ObjectStoragePath(OUTPUT_ROOT) / f'dt={ds}' / '_manifest.json'
     drift = json.loads(manifest.read_text())['drift']
     return 'review_drift' if drift['alert'] else 'publish'
