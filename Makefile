@@ -1,6 +1,8 @@
 # make run  - set up .venv, fetch IMDB, run the three jobs end to end with
 #            the flags of configs/$(CONFIG) (make run CONFIG=imdb_best)
 # make test - set up .venv, run the test suite
+# make test-airflow - set up .venv and .venv-airflow, run the example DAG
+#            under Airflow (examples/airflow)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -12,8 +14,13 @@ DATA := data
 # An IMDB configuration under configs/: imdb_seed (a few minutes), imdb_best.
 CONFIG ?= imdb_seed
 OUT := out
+# Airflow in an environment of its own, so that its pins never touch the
+# jobs'; examples/airflow/constraints.txt pins apache-airflow 3.3.2.
+AIRFLOW_VENV := .venv-airflow
+AIRFLOW_PY := $(AIRFLOW_VENV)/bin/python
+AIRFLOW_CONSTRAINTS := examples/airflow/constraints.txt
 
-.PHONY: install run test bench bench-train bench-score clean
+.PHONY: install run test test-airflow bench bench-train bench-score clean
 
 $(VENV)/.installed: setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +45,15 @@ run: install
 
 test: install
 	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests
+
+$(AIRFLOW_VENV)/.installed: $(AIRFLOW_CONSTRAINTS)
+	test -x $(AIRFLOW_PY) || $(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_PY) -m pip install --quiet --upgrade pip
+	$(AIRFLOW_PY) -m pip install --quiet -c $(AIRFLOW_CONSTRAINTS) apache-airflow pytest
+	touch $@
+
+test-airflow: install $(AIRFLOW_VENV)/.installed
+	PROJECT_PYTHON=$(abspath $(PY)) $(AIRFLOW_PY) -m pytest examples/airflow
 
 bench: install
 	DATASET_CACHE=$(DATASET_CACHE) $(PY) bench/preprocess.py
