@@ -1,10 +1,17 @@
-"""What the benchmarks share: flags, and timing whole processes."""
+"""What the benchmarks share: flags, timing whole processes, and the
+runners the jobs are timed on."""
 import argparse
+import contextlib
+import importlib
 import os
 import platform
+import resource
+import socket
 import subprocess
 import sys
 import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_process(command, env=None):
@@ -40,3 +47,79 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
   parser.add_argument('--work', default=None,
                       help='Working folder; a new temporary one by default.')
   return parser
+
+
+@contextlib.contextmanager
+def dask_cluster(workers: int, job_module: str):
+  """A scheduler and ``workers`` single-threaded worker processes on
+  127.0.0.1, all connected, that have imported ``job_module``; yields the
+  runner's flags and a function that returns each worker process's peak
+  memory in MiB (the launcher's peak, which run_process measures, leaves
+  out the workers: they are no processes of its)."""
+  import distributed  # pylint: disable=import-outside-toplevel
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    address = f'127.0.0.1:{probe.getsockname()[1]}'
+  commands = [['distributed.cli.dask_scheduler', '--host=127.0.0.1',
+               f'--port={address.split(":")[1]}']] + [
+                   ['distributed.cli.dask_worker', f'tcp://{address}',
+                    '--nworkers=1', '--nthreads=1']] * workers
+  processes = [subprocess.Popen(
+      [sys.executable, '-m', *command, '--no-dashboard'], cwd=_REPO,
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for command in commands]
+
+  def worker_peaks():
+    with distributed.Client(address, timeout=120) as client:
+      # A function of the standard library: the workers cannot import this
+      # module to unpickle one of its own.
+      usages = client.run(resource.getrusage, resource.RUSAGE_SELF)
+      return sorted(usage.ru_maxrss / 1024 for usage in usages.values())
+
+  try:
+    with distributed.Client(address, timeout=120) as client:
+      client.wait_for_workers(workers, timeout=120)
+      # A cluster outlives its jobs: its workers, and its scheduler (which
+      # unpickles the job's graph), have imported our modules and so
+      # TensorFlow before a job comes.
+      client.run(importlib.import_module, job_module)
+      client.run_on_scheduler(importlib.import_module, job_module)
+    yield ['--runner=pipeline.dask_runner.DaskRunner',
+           f'--dask_client_address={address}'], worker_peaks
+  finally:
+    for process in reversed(processes):
+      process.terminate()
+      process.wait()
+
+
+def add_runner_arguments(parser: argparse.ArgumentParser,
+                         modes: str) -> None:
+  """--modes (the runners a job is timed on, ``modes`` by default) and the
+  Dask cluster's --dask_workers and --dask_npartitions."""
+  parser.add_argument('--modes', default=modes,
+                      help='Comma-separated runners for our job: in_memory, '
+                      'multi_processing (DirectRunner), dask.')
+  parser.add_argument('--dask_workers', type=int, default=os.cpu_count(),
+                      help='Single-threaded worker processes of the Dask '
+                      'cluster.')
+  parser.add_argument('--dask_npartitions', type=int, default=None,
+                      help='The Dask runner\'s --dask_npartitions (default: '
+                      'its own).')
+
+
+def runner_flags(args, mode: str, stack: contextlib.ExitStack,
+                 job_module: str):
+  """The flags that run ``job_module`` in ``mode`` (in_memory,
+  multi_processing with a worker per core, or dask), and a function that
+  returns the peak memory of worker processes the launcher's own peak
+  leaves out (None where every worker is one of the launcher's processes).
+  A Dask cluster lives as long as ``stack``."""
+  if mode == 'dask':
+    flags, worker_peaks = stack.enter_context(dask_cluster(
+        args.dask_workers, job_module))
+    if args.dask_npartitions:
+      flags.append(f'--dask_npartitions={args.dask_npartitions}')
+    return flags, worker_peaks
+  workers = os.cpu_count() if mode == 'multi_processing' else 1
+  return [f'--direct_running_mode={mode}',
+          f'--direct_num_workers={workers}'], None

@@ -15,12 +15,14 @@ its own, so that peak memory is measured apart:
   2,048 documents grouped by length) and runner (FnApiRunner),
   in memory and, with --modes, in multi_processing mode with a worker per
   core, or on a dask.distributed cluster on 127.0.0.1 (a scheduler and a
-  single-threaded worker process per core, started and with our modules
-  imported before the timing),
+  single-threaded worker process per core, or --dask_workers, started and
+  with our modules imported before the timing; the peak memory of its
+  worker processes is reported apart from the launcher's),
   writing partitioned Parquet, dead letters and the manifest.
 
     python bench/score.py [--model_dir=DIR] [--docs=100000[,1000000]]
         [--repeats=N] [--modes=in_memory,multi_processing,dask]
+        [--dask_workers=N] [--dask_npartitions=N]
 
 Without --model_dir, the seed-configuration model is trained first, as
 ``bench/train.py --only imdb_seed`` trains it.
@@ -29,17 +31,16 @@ import argparse
 import collections
 import contextlib
 import glob
-import importlib
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import add_runner_arguments  # pylint: disable=wrong-import-position
 from common import argument_parser  # pylint: disable=wrong-import-position
 from common import machine  # pylint: disable=wrong-import-position
+from common import runner_flags  # pylint: disable=wrong-import-position
 from common import run_process  # pylint: disable=wrong-import-position
 from train import RUNS  # pylint: disable=wrong-import-position
 
@@ -48,7 +49,6 @@ from schemas import scored  # pylint: disable=wrong-import-position
 from schemas import serving  # pylint: disable=wrong-import-position
 
 _DOCS_PER_FILE = 100_000
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write_corpus(reviews_dir: str, folder: str, size: int) -> str:
@@ -162,49 +162,6 @@ def check_same_outputs(baseline_file: str, partition: str) -> None:
       assert difference <= 1e-5, (column, difference)
 
 
-def _import_our_modules():
-  importlib.import_module('pipeline.score')
-
-
-@contextlib.contextmanager
-def dask_cluster(workers: int):
-  """A scheduler and ``workers`` single-threaded worker processes on
-  127.0.0.1, all connected; yields the runner's flags."""
-  import distributed  # pylint: disable=import-outside-toplevel
-  with socket.socket() as probe:
-    probe.bind(('127.0.0.1', 0))
-    address = f'127.0.0.1:{probe.getsockname()[1]}'
-  commands = [['distributed.cli.dask_scheduler', '--host=127.0.0.1',
-               f'--port={address.split(":")[1]}']] + [
-                   ['distributed.cli.dask_worker', f'tcp://{address}',
-                    '--nworkers=1', '--nthreads=1']] * workers
-  processes = [subprocess.Popen(
-      [sys.executable, '-m', *command, '--no-dashboard'], cwd=_REPO,
-      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-               for command in commands]
-  try:
-    with distributed.Client(address, timeout=120) as client:
-      client.wait_for_workers(workers, timeout=120)
-      # A cluster outlives its jobs: its workers, and its scheduler (which
-      # unpickles the job's graph), have imported our modules and so
-      # TensorFlow before a job comes; loading the model is the job's cost.
-      client.run(_import_our_modules)
-      client.run_on_scheduler(_import_our_modules)
-    yield ['--runner=pipeline.dask_runner.DaskRunner',
-           f'--dask_client_address={address}']
-  finally:
-    for process in reversed(processes):
-      process.terminate()
-      process.wait()
-
-
-def runner_flags(mode: str, stack: contextlib.ExitStack):
-  if mode == 'dask':
-    return stack.enter_context(dask_cluster(os.cpu_count()))
-  workers = os.cpu_count() if mode == 'multi_processing' else 1
-  return [f'--direct_running_mode={mode}', f'--direct_num_workers={workers}']
-
-
 def seed_model(work: str, cache: str) -> str:
   _, _, preprocess_flags, train_flags = RUNS['imdb_seed']
   data_dir = os.path.join(work, 'preprocessed')
@@ -218,14 +175,37 @@ def seed_model(work: str, cache: str) -> str:
   return model_dir
 
 
+def score_once(args, work: str, model_dir: str, pattern: str, size: int,
+               mode: str):
+  """One run of the job in ``mode``, checked: every document scored once,
+  as the baseline scored it. Returns its wall time, the launcher's peak
+  memory and the largest peak of the Dask worker processes (None
+  elsewhere), in MiB."""
+  with contextlib.ExitStack() as stack:
+    flags, worker_peaks = runner_flags(args, mode, stack, 'pipeline.score')
+    wall, peak = run_process([
+        sys.executable, '-m', 'pipeline.score', f'--input={pattern}',
+        f'--model_dir={model_dir}', f'--output_dir={work}/scores',
+        f'--partition=size={size}', *flags])
+    worker_peak = max(worker_peaks()) if worker_peaks else None
+  partition = os.path.join(work, 'scores', f'size={size}')
+  with open(os.path.join(partition, scored.MANIFEST_FILE),
+            encoding='utf-8') as handle:
+    counts = json.load(handle)['counts']
+  assert counts['scored'] == size, counts
+  check_same_outputs(f'{work}/baseline-{size}.parquet', partition)
+  return wall, peak, worker_peak
+
+
 def bench_size(args, work: str, model_dir: str, pattern: str,
                size: int) -> dict:
   """Both arms on one corpus, ``--repeats`` times in turn: this machine's
   speed drifts by 10-20 % over minutes, and interleaving exposes both arms
   to it alike. Reports each arm's best wall time, its every wall time, and
-  its highest peak memory."""
+  its highest peak memory (and a Dask worker process's)."""
   python = sys.executable
   walls, peaks = collections.defaultdict(list), collections.defaultdict(list)
+  worker_peaks = collections.defaultdict(list)
   model_rates = []
   for _ in range(args.repeats):
     rate_file = os.path.join(work, 'model-alone.json')
@@ -243,20 +223,12 @@ def bench_size(args, work: str, model_dir: str, pattern: str,
     walls['baseline'].append(wall)
     peaks['baseline'].append(peak)
     for mode in args.modes.split(','):
-      with contextlib.ExitStack() as stack:
-        wall, peak = run_process([
-            python, '-m', 'pipeline.score', f'--input={pattern}',
-            f'--model_dir={model_dir}', f'--output_dir={work}/scores',
-            f'--partition=size={size}',
-            *runner_flags(mode, stack)])
+      wall, peak, worker_peak = score_once(args, work, model_dir, pattern,
+                                           size, mode)
       walls[mode].append(wall)
       peaks[mode].append(peak)
-      with open(os.path.join(work, 'scores', f'size={size}',
-                             scored.MANIFEST_FILE)) as handle:
-        counts = json.load(handle)['counts']
-      assert counts['scored'] == size, counts
-      check_same_outputs(f'{work}/baseline-{size}.parquet',
-                         os.path.join(work, 'scores', f'size={size}'))
+      if worker_peak is not None:
+        worker_peaks[mode].append(worker_peak)
   base_wall = min(walls['baseline'])
   model_rate = max(model_rates)
   result = {'model_alone': {'docs_per_s': round(model_rate),
@@ -268,6 +240,8 @@ def bench_size(args, work: str, model_dir: str, pattern: str,
         'walls_s': [round(wall, 1) for wall in arm_walls],
         'docs_per_s': round(size / min(arm_walls)),
         'peak_mib': round(max(peaks[arm]))}
+    if worker_peaks[arm]:
+      result[arm]['worker_peak_mib'] = round(max(worker_peaks[arm]))
     if arm != 'baseline':
       result[arm]['throughput_ratio'] = round(base_wall / min(arm_walls), 3)
       result[arm]['of_model_alone'] = round(
@@ -286,9 +260,7 @@ def main():
   parser.add_argument('--baseline_batch_size', type=int, default=256)
   parser.add_argument('--repeats', type=int, default=1,
                       help='Runs of each arm, interleaved; the best counts.')
-  parser.add_argument('--modes', default='in_memory',
-                      help='Comma-separated DirectRunner running modes for '
-                      'our job: in_memory, multi_processing.')
+  add_runner_arguments(parser, 'in_memory')
   parser.add_argument('--model_alone_docs', type=int, default=100_000,
                       help='Texts the model-alone arm times (a rate).')
   # Set when this file runs itself as the baseline's or the model's process.

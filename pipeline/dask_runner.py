@@ -27,9 +27,14 @@ leaves a cluster idle; this runner closes them and keeps everything else
   everything in one partition, on one worker. Here Reshuffle re-chunks its
   input over the cluster's worker threads (or ``--dask_npartitions``).
 """
+import collections
 import dataclasses
 import functools
+import itertools
+import logging
+import threading
 import typing as t
+import uuid
 
 import apache_beam as beam
 
@@ -78,14 +83,62 @@ from apache_beam.transforms.sideinputs import SideInputMap
 class _BundleSpec:
   """What a task needs to run one dask partition as one bundle of a ParDo."""
   label: str
-  # The DoFn and its extra arguments, pickled by Beam: every bundle unpickles
-  # its own copy, as Beam's workers do, so that two bundles in the threads of
-  # one process never share a DoFn's state.
+  # The DoFn and its extra arguments, pickled by Beam: a worker process
+  # unpickles a copy for each bundle it runs at the same time (two bundles
+  # never share a DoFn's state) and reuses it for later bundles (_DoFnPool).
   pickled_fn: bytes
   window_fn: t.Any
+  # The run of the pipeline, so that a worker keeps no DoFns of past jobs.
+  job: str
   # (view class, view options, window mapping) of each side input, in the
   # order of the side-input values the task is given.
   side_views: t.Tuple = ()
+
+
+class _DoFnPool:
+  """The set-up DoFns of this worker process between their bundles.
+
+  Beam's workers set a DoFn up once and hand it bundle after bundle, one at
+  a time; DoFns rely on it to load what is costly once. Set up anew for
+  each bundle, RunInference loaded its model again for every dask partition
+  (its ``setup`` acquires a fresh ``Shared`` status object, which takes the
+  model's place as the one object Beam's ``Shared`` map keeps alive, so the
+  model is gone once the last bundle's DoFn is), and TFT's
+  ``_RunMetaGraphDoFn`` its graph. A dask worker outlives the jobs it runs:
+  the pool keeps one job's DoFns, and a bundle of another job tears the idle
+  ones down.
+  """
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._job = None
+    self._idle = collections.defaultdict(list)
+
+  def take(self, spec: _BundleSpec):
+    """An idle (fn, args, kwargs) set up from ``spec.pickled_fn``, or None."""
+    with self._lock:
+      stale = {}
+      if spec.job != self._job:
+        stale, self._idle = self._idle, collections.defaultdict(list)
+        self._job = spec.job
+      idle = self._idle[spec.pickled_fn]
+      taken = idle.pop() if idle else None
+    for fn, _, _ in itertools.chain.from_iterable(stale.values()):
+      try:
+        fn.teardown()
+      except Exception:  # pylint: disable=broad-except
+        logging.warning('tearing down a DoFn of a past job failed',
+                        exc_info=True)
+    return taken
+
+  def give_back(self, spec: _BundleSpec, fn_and_args) -> None:
+    """``fn_and_args`` finished a bundle and is ready for the next."""
+    with self._lock:
+      if spec.job == self._job:
+        self._idle[spec.pickled_fn].append(fn_and_args)
+
+
+_POOL = _DoFnPool()
 
 
 def _side_input_maps(spec: _BundleSpec, side_values):
@@ -102,7 +155,8 @@ def _run_bundle(spec: _BundleSpec, items, *side_values):
   dependencies of this task, in the same graph, instead of each bundle
   computing their lineage again.
   """
-  fn, args, kwargs = pickler.loads(spec.pickled_fn)
+  reused = _POOL.take(spec)
+  fn, args, kwargs = reused or pickler.loads(spec.pickled_fn)
   receivers = transform_evaluator.OneReceiver()
   invoker = DoFnInvoker.create_invoker(
       DoFnSignature(fn),
@@ -120,13 +174,15 @@ def _run_bundle(spec: _BundleSpec, items, *side_values):
       input_kwargs=kwargs,
       user_state_context=None,
       bundle_finalizer_param=DoFn.BundleFinalizerParam())
-  invoker.invoke_setup()
+  if not reused:
+    invoker.invoke_setup()
   invoker.invoke_start_bundle()
   for item in items:
     invoker.invoke_process(
         transform_evaluator.get_windowed_value(item, spec.window_fn))
   invoker.invoke_finish_bundle()
-  invoker.invoke_teardown()
+  # A bundle that raised drops its DoFn, as Beam's workers do.
+  _POOL.give_back(spec, (fn, args, kwargs))
   # Windows are not kept between transforms (as in Beam's DaskRunner): the
   # jobs are batch jobs in the global window.
   return [pvalue.TaggedOutput(item.tag, item.value.value)
@@ -134,12 +190,14 @@ def _run_bundle(spec: _BundleSpec, items, *side_values):
           for item in receivers.values]
 
 
+@dataclasses.dataclass
 class _ParDo(transform_evaluator.DaskBagOp):
   """A ParDo over each partition; its bag holds every output, the tagged
   ones wrapped in TaggedOutput, for _BagBuilder._add_outputs to tell apart.
 
   ``side_inputs`` are (view, dask Item of the whole side input) pairs.
   """
+  job: str = ''
 
   def apply(self, input_bag, side_inputs=None):
     transform = self.transform
@@ -153,6 +211,7 @@ class _ParDo(transform_evaluator.DaskBagOp):
         label=self.applied.full_label,
         pickled_fn=pickler.dumps((transform.fn, args, kwargs)),
         window_fn=window_fn.windowfn if window_fn else None,
+        job=self.job,
         side_views=views)
     # The graph is written out rather than made by map_partitions: that
     # wraps each Item argument in a finalizing copy of the Item's whole
@@ -195,9 +254,10 @@ def _concat(lists):
 class _BagBuilder(PipelineVisitor):
   """Builds a dask bag for every PCollection of the pipeline."""
 
-  def __init__(self, bag_kwargs: t.Dict, partitions: int):
+  def __init__(self, bag_kwargs: t.Dict, partitions: int, job: str):
     self._bag_kwargs = bag_kwargs
     self._partitions = partitions
+    self._job = job
     self._bags = {}
     self._consumed = set()
 
@@ -205,8 +265,10 @@ class _BagBuilder(PipelineVisitor):
     kind = type(node.transform)
     if kind is overrides._Reshuffle:  # pylint: disable=protected-access
       return _Reshuffle(node, self._bag_kwargs, self._partitions)
-    op_class = {**transform_evaluator.TRANSLATIONS, beam.ParDo: _ParDo}.get(
-        kind, transform_evaluator.NoOp)
+    if kind is beam.ParDo:
+      return _ParDo(node, self._bag_kwargs, self._job)
+    op_class = transform_evaluator.TRANSLATIONS.get(kind,
+                                                    transform_evaluator.NoOp)
     return op_class(node, bag_kwargs=self._bag_kwargs)
 
   def visit_transform(self, transform_node):
@@ -271,7 +333,7 @@ class DaskRunner(dask_runner.DaskRunner):
     partitions = bag_kwargs.get('npartitions') or max(
         1, sum(client.nthreads().values()))
     pipeline.replace_all(overrides.dask_overrides())
-    builder = _BagBuilder(bag_kwargs, partitions)
+    builder = _BagBuilder(bag_kwargs, partitions, uuid.uuid4().hex)
     pipeline.visit(builder)
     # Unoptimized: dask optimizes each sink's graph on its own, fusing a
     # transform that several sinks share into a differently named task in

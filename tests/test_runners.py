@@ -7,6 +7,8 @@ import functools
 import glob
 import json
 import os
+import pathlib
+import random
 import socket
 import subprocess
 import sys
@@ -19,6 +21,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
 
 from pipeline import preprocess
 from pipeline.preprocessing import splits as split_lib
@@ -26,6 +30,7 @@ from pipeline import score
 from pipeline.scoring import inference
 from schemas import raw
 from schemas import scored
+from schemas import transformed
 from tests.conftest import REPO
 from tests.conftest import dead_letters
 from tests.conftest import synthetic_reviews
@@ -277,3 +282,88 @@ def test_score_on_dask_writes_each_document_once(dask_cluster, trained,
   assert_each_document_once(tmp_path / 'runner', ids)
   # One model call a document, on the Dask run (the only one counted).
   assert scored_ids(calls) == sorted(ids)
+
+
+def long_tailed_reviews(count, seed):
+  """Reviews over 400 words of long-tailed frequencies, in mixed case with
+  HTML and punctuation for the transform to remove, two thirds of them
+  train: many words share a count, so a small vocabulary's cut runs through
+  ties, and many reviews are longer than a small max_len."""
+  rng = random.Random(seed)
+  words = [f'word{n}' for n in range(400)]
+  weights = [1 / (n + 1) for n in range(400)]
+  rows = []
+  for i in range(count):
+    tokens = rng.choices(words, weights, k=rng.randint(4, 40))
+    tokens.insert(rng.randrange(len(tokens)), rng.choice(
+        ['<br />', 'Great!', 'DULL...', '"quoted"']))
+    rows.append({'id': f'{seed}-{i}', 'text': ' '.join(tokens),
+                 'label': 'pos' if i % 2 else 'neg',
+                 'split': 'test' if i % 3 == 0 else 'train'})
+  return rows
+
+
+# A dead letter of each route: the reader, the record checks, and the
+# held-out label check, which waits for the train labels as a side input.
+REJECTED_ROWS = [b'{"id": "broken", "text": ', {'id': 'blank', 'text': ' '},
+                 {'id': 'unlabelled', 'text': 'word1', 'split': 'train'},
+                 {'id': 'new-label', 'text': 'word2', 'label': 'meh',
+                  'split': 'test'}]
+# Input files, ranges read by the partitions of the Dask run: more
+# partitions (--dask_npartitions) than the cluster's two workers.
+INPUT_FILES = 6
+
+
+@pytest.fixture(scope='module')
+def preprocessed_by_default(tmp_path_factory):
+  """A corpus in several JSONL files and the default runner's output of it:
+  (the job's flags, output folder, stats)."""
+  folder = tmp_path_factory.mktemp('preprocess-on-dask')
+  rows = long_tailed_reviews(360, 5)
+  for index in range(INPUT_FILES):
+    write_jsonl(folder / f'reviews-{index}.jsonl', rows[index::INPUT_FILES] + (
+        REJECTED_ROWS if index == 0 else []))
+  flags = [f'--input={folder}/reviews-*.jsonl', '--split_field=split',
+           '--vocab_size=60', '--max_len=16']
+  stats = preprocess.run(flags + [f'--output_dir={folder / "default"}'])
+  return flags, folder / 'default', stats
+
+
+def parsed_examples(output_dir, split):
+  """Each tf.Example of a split as a dict of its features' values, in id
+  order: equal lists are the same records, each as often."""
+  files = glob.glob(os.path.join(output_dir,
+                                 transformed.split_file_pattern(split)))
+  examples = []
+  for record in tf.data.TFRecordDataset(files, compression_type='GZIP'):
+    features = tf.train.Example.FromString(record.numpy()).features.feature
+    examples.append({name: list(getattr(value, value.WhichOneof('kind')).value)
+                     for name, value in features.items()})
+  return sorted(examples, key=lambda example: example[transformed.ID])
+
+
+def vocabularies(output_dir):
+  assets = os.path.join(output_dir, tft.TFTransformOutput.TRANSFORM_FN_DIR,
+                        'assets')
+  return {name: (pathlib.Path(assets) / name).read_bytes()
+          for name in (transformed.TOKEN_VOCABULARY,
+                       transformed.LABEL_VOCABULARY)}
+
+
+def test_preprocess_on_dask_matches_the_default_runner(
+    dask_cluster, preprocessed_by_default, tmp_path):
+  flags, default_dir, default_stats = preprocessed_by_default
+  stats = preprocess.run(flags + [
+      f'--output_dir={tmp_path}', *dask_cluster,
+      f'--dask_npartitions={INPUT_FILES}'])
+  # Counts per split and reason, labels, vocabulary size, lengths.
+  assert stats == default_stats
+  assert stats['rejected_by_reason'] == {
+      'malformed_record': 1, 'empty_text': 1, 'missing_label': 1,
+      'label_not_in_train': 1}
+  assert vocabularies(tmp_path) == vocabularies(default_dir)
+  for split in raw.SPLITS:
+    examples = parsed_examples(tmp_path, split)
+    assert examples == parsed_examples(default_dir, split), split
+    assert len(examples) == stats['records']['written'][split] > 0
+  assert dead_letters(tmp_path) == dead_letters(default_dir)
