@@ -13,6 +13,10 @@ DATASET_CACHE ?= $(if $(wildcard $(SHARED_DATASETS)/SHA256SUMS),$(SHARED_DATASET
 DATA := data
 # An IMDB configuration under configs/: imdb_seed (a few minutes), imdb_best.
 CONFIG ?= imdb_seed
+# IMDB's validation is held out by group, a label folder's block of 100 file
+# ids (pipeline.datasets.IMDB_GROUP_PATTERN): never in configs/, which hold
+# no corpus's split policy.
+IMDB_GROUP_PATTERN := /((?:pos|neg)/)(?:(\d+)\d\d|\d{1,2})_\d+\.txt
 OUT := out
 # Airflow in an environment of its own, so that its pins never touch the
 # jobs'; examples/airflow/constraints.txt pins apache-airflow 3.3.2.
@@ -34,7 +38,8 @@ run: install
 	mkdir -p $(DATASET_CACHE)
 	$(PY) -m pipeline.datasets fetch imdb --dest $(DATA) --cache $(DATASET_CACHE)
 	$(PY) -m pipeline.preprocess --input=$(DATA)/aclImdb \
-	    --output_dir=$(OUT)/imdb/preprocessed @configs/$(CONFIG)/preprocess.args
+	    --output_dir=$(OUT)/imdb/preprocessed @configs/$(CONFIG)/preprocess.args \
+	    '--group_pattern=$(IMDB_GROUP_PATTERN)'
 	$(PY) -m trainer.train --data_dir=$(OUT)/imdb/preprocessed \
 	    --model_dir=$(OUT)/imdb/model @configs/$(CONFIG)/train.args
 	$(PY) -m trainer.predict --model_dir=$(OUT)/imdb/model \

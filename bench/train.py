@@ -34,6 +34,14 @@ RUNS = {
 }
 
 
+def corpus_flags(corpus: str) -> list:
+  """The preprocessing flags a corpus needs whatever the configuration:
+  IMDB's validation is held out by blocks of movies (README, Splits)."""
+  from pipeline import datasets  # pylint: disable=import-outside-toplevel
+  return ([f'--group_pattern={datasets.IMDB_GROUP_PATTERN}']
+          if corpus == 'imdb' else [])
+
+
 def config_file(name: str, job: str) -> str:
   return os.path.join(CONFIGS, name, f'{job}.args')
 
@@ -44,42 +52,45 @@ def config_flags(name: str, job: str) -> list:
     return handle.read().splitlines()
 
 
-def _fractions(preprocess_flags: list) -> tuple:
-  """--test_fraction and --validation_fraction as the preprocessing job
-  takes them from ``preprocess_flags``."""
+def _split_policy(preprocess_flags: list) -> tuple:
+  """--test_fraction, --validation_fraction and --group_pattern as the
+  preprocessing job takes them from ``preprocess_flags``."""
   from pipeline import preprocess  # pylint: disable=import-outside-toplevel
   args, _ = preprocess.parse_args(['--input=-', '--output_dir=-',
                                    *preprocess_flags])
-  return args.test_fraction, args.validation_fraction
+  return args.test_fraction, args.validation_fraction, args.group_pattern
 
 
 def corpus_splits(corpus_dir: str, corpus: str, input_pattern: str,
-                  fractions: tuple) -> dict:
+                  policy: tuple) -> dict:
   """(texts, labels) of each split of a corpus, assigned as the
-  preprocessing job assigns them (``fractions``: test and validation)."""
+  preprocessing job assigns them (``policy``: the test and validation
+  fractions, the group pattern)."""
   # Imported here: the parent process stays light while the jobs run.
   import glob  # pylint: disable=import-outside-toplevel
   from pipeline import readers  # pylint: disable=import-outside-toplevel
-  from pipeline.preprocessing.splits import assign_split  # pylint: disable=import-outside-toplevel
+  from pipeline.preprocessing import splits as splits_lib  # pylint: disable=import-outside-toplevel
   from schemas import raw  # pylint: disable=import-outside-toplevel
 
   if corpus == 'sms':
     import csv  # pylint: disable=import-outside-toplevel
     with open(os.path.join(corpus_dir, input_pattern), encoding='utf-8') as f:
-      rows = [(r['text'], r['label'], None) for r in csv.DictReader(f)]
+      rows = [(r['text'], r['label'], None, None) for r in csv.DictReader(f)]
   else:
     config = readers.ReadConfig(format='email' if corpus == 'spamassassin'
                                 else 'files')
     paths = glob.glob(os.path.join(corpus_dir, input_pattern or '*/*/*'))
+    grouping = splits_lib.Grouping(pattern=policy[2])
     rows = []
     for path in paths:
       record = readers.read_document(path, config, corpus == 'spamassassin')
       if raw.TEXT in record:  # else a dead letter, as in the job
-        rows.append((record[raw.TEXT], record[raw.LABEL], record[raw.SPLIT]))
+        rows.append((record[raw.TEXT], record[raw.LABEL], record[raw.SPLIT],
+                     grouping.group_of(record)))
   splits = {split: ([], []) for split in raw.SPLITS}
-  for text, label, split in rows:
+  for text, label, split, group in rows:
     if text.strip():
-      split = assign_split(text, split, *fractions)
+      split = splits_lib.assign_split(text, split, *policy[:2], group)
       splits[split][0].append(text)
       splits[split][1].append(label)
   return splits
@@ -112,7 +123,8 @@ def main():
     run_process([python, '-m', 'pipeline.preprocess',
                  f'--input={os.path.join(corpus_dir, pattern)}'.rstrip('/'),
                  f'--output_dir={data_dir}',
-                 f'@{config_file(name, "preprocess")}'])
+                 f'@{config_file(name, "preprocess")}',
+                 *corpus_flags(corpus)])
     wall, peak = run_process([python, '-m', 'trainer.train',
                               f'--data_dir={data_dir}',
                               f'--model_dir={model_dir}',
@@ -132,10 +144,10 @@ def main():
             'job_wall_s': round(wall, 1), 'peak_mib': round(peak)}
     if 'spam' in test['per_class']:
       ours['spam_f1'] = test['per_class']['spam']['f1']
-    preprocess_flags = config_flags(name, 'preprocess')
-    # Configurations of one corpus with the same fractions share their
+    preprocess_flags = config_flags(name, 'preprocess') + corpus_flags(corpus)
+    # Configurations of one corpus with the same split policy share their
     # splits, and so the baseline: fitted once.
-    split_key = (corpus, pattern, _fractions(preprocess_flags))
+    split_key = (corpus, pattern, _split_policy(preprocess_flags))
     if split_key not in baselines:
       baselines[split_key] = tfidf_baseline(
           corpus_splits(corpus_dir, *split_key))

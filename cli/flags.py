@@ -12,6 +12,7 @@ range, ``nan`` and ``inf`` included, with the flag's name.
 import argparse
 import difflib
 import math
+import re
 import sys
 from typing import Callable, Iterable, List, NoReturn, Optional, Sequence
 
@@ -132,3 +133,16 @@ def number(low: float = None, high: float = None, *, low_open: bool = False,
     return value
   checked.__name__ = 'number'
   return checked
+
+
+def regex(text: str) -> str:
+  """A ``type=`` for a Python regular expression: the text, once it compiles,
+  so that a bad pattern is a usage error before any work."""
+  try:
+    re.compile(text)
+  except re.error as error:
+    raise argparse.ArgumentTypeError(
+        f'{text!r} is not a regular expression: {error}') from None
+  if not text:
+    raise argparse.ArgumentTypeError('an empty pattern matches every id')
+  return text

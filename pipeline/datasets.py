@@ -120,6 +120,16 @@ def locate(artifact: Artifact, cache: Optional[str]) -> str:
 # Layouts
 
 
+# The group of an aclImdb review for the preprocessing job's
+# --group_pattern: its label folder and the block of 100 consecutive file ids
+# it lies in ('pos/123' for pos/12345_0.txt, 'pos/' for ids below 100). The
+# original numbers the reviews of a movie consecutively, 30 at most, so a
+# movie lies in one block or straddles one block edge; validation carved by
+# block shares no movie with train but at those edges. A pos and a neg
+# review of one movie have unrelated ids: no pattern can join them.
+IMDB_GROUP_PATTERN = r'/((?:pos|neg)/)(?:(\d+)\d\d|\d{1,2})_\d+\.txt'
+
+
 def imdb_file_ids(block_size: int = 12500):
   """File id of each position in a block: the original files' sorted order."""
   return sorted(range(block_size), key=lambda i: f'{i}_')

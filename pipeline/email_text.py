@@ -9,6 +9,7 @@ import email.header
 import email.policy
 import html.parser
 import re
+from typing import Optional, Tuple
 
 _BLANK_RUNS = re.compile(r'\n\s*\n+')
 
@@ -94,13 +95,22 @@ def _body_texts(part):
 
 def email_to_text(raw: bytes) -> str:
   """Subject and text bodies of one raw email, HTML reduced to text."""
+  return email_text_and_header(raw, None)[0]
+
+
+def email_text_and_header(raw: bytes,
+                          header: Optional[str]) -> Tuple[str, Optional[str]]:
+  """``email_to_text`` and the decoded value of ``header`` (None when the
+  email has none, or cannot be parsed), from one parse."""
   try:
     # compat32 parses several times faster than policy.default and we only
     # need what it gives: raw headers and transfer-decoded payloads.
     message = email.message_from_bytes(raw, policy=email.policy.compat32)
     subject = _header_text(message.get('subject', ''))
+    value = message.get(header) if header else None
     bodies = list(_body_texts(message))
   except Exception:  # pylint: disable=broad-except
-    return raw.decode('utf-8', 'replace')
+    return raw.decode('utf-8', 'replace'), None
   text = '\n'.join([subject] + bodies)
-  return _BLANK_RUNS.sub('\n\n', text).strip()
+  value = _header_text(value).strip() if value is not None else None
+  return _BLANK_RUNS.sub('\n\n', text).strip(), value or None

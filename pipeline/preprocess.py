@@ -10,9 +10,10 @@ splits as gzip TFRecords of transformed features next to ``transform_fn/``,
 ``stats.json`` and the parameters the trainer and the scorer need.
 
 Splits come from the data (``--split_field``, or train/ and test/ folders)
-or else from a stable hash of each record's normalized text; in both cases
+or else from a stable hash of each record's group (``--group_field``,
+``--group_pattern``) or, without one, of its normalized text; in both cases
 validation is carved out of train by that hash (``hash_split``), so copies
-of one text always land in the same split.
+of one text, and the records of one group, always land in the same split.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
@@ -53,21 +54,30 @@ def parse_args(argv):
                       help='Replace output_dir even if this job did not '
                       'write it.')
   parser.add_argument('--label_field', default='label')
-  split = parser.add_mutually_exclusive_group()
-  split.add_argument(
+  parser.add_argument(
       '--split_field', default=None,
       help='Field naming each record\'s split: train, validation (valid, '
-      'dev) or test (eval).')
-  split.add_argument(
+      'dev) or test (eval). The data\'s split wins over --test_fraction.')
+  parser.add_argument(
       '--test_fraction', type=flags.number(0, 1, high_open=True),
       default=0.2,
-      help='Without a split field or split folders: share of records sent to '
-      'test by a hash of their normalized text.')
+      help='Share of the records the data names no split for (no split '
+      'field, no split folders) sent to test by a hash of their group or '
+      'normalized text.')
   parser.add_argument(
       '--validation_fraction', type=flags.number(0, 1, high_open=True),
       default=0.1,
       help='Share of the train records carved out as the validation split by '
       'the same hash; 0 where the data names its validation records.')
+  parser.add_argument(
+      '--group_field', default=None,
+      help='Field (for email, header) naming each record\'s group (a movie, '
+      'a thread, a sender): the records of a group share their split.')
+  parser.add_argument(
+      '--group_pattern', type=flags.regex, default=None,
+      help='Python regex whose match in each record\'s id (or in its '
+      '--group_field) is its group: the non-empty capture groups joined, or '
+      'the whole match. A record without a group is split by its text.')
   defaults = transform.TransformParams()
   parser.add_argument('--vocab_size',
                       type=flags.integer(transformed.NUM_RESERVED_IDS + 1),
@@ -108,7 +118,8 @@ class ReadAndRoute(beam.PTransform):
             | 'Read' >> readers.ReadRecords(settings.pattern, config)
             | 'ValidateAndSplit' >> beam.ParDo(splits.ValidateAndSplit(
                 settings.routing, metered=self._metered)).with_outputs(
-                    records.REJECTED, records.STATS, *raw.SPLITS))
+                    records.REJECTED, records.STATS, splits.GROUP_DIGESTS,
+                    *raw.SPLITS))
 
 
 def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
@@ -128,6 +139,8 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
   routed = pipeline | 'Route' >> ReadAndRoute(settings, metered=True)
   split_records = {raw.TRAIN: routed[raw.TRAIN]}
   stats, rejects = [routed[records.STATS]], [routed[records.REJECTED]]
+  stats.append(routed[splits.GROUP_DIGESTS] | 'CountGroups' >> (
+      splits.CountGroups()))
   for split in raw.HELD_OUT:
     checked = routed[split] | f'RejectUnknownLabels{split}' >> beam.ParDo(
         splits.RejectUnknownLabels(split),
@@ -205,10 +218,12 @@ def run(argv=None):
     rejections.check_budget(tally, settings.max_rejected_fraction,
                             settings.pattern, settings.read_config, output)
     splits.check_label_columns(tally.labels.get(raw.TRAIN, {}))
-    stats = stats_lib.summarize(tally, staging, settings.params.max_len)
+    stats = stats_lib.summarize(tally, staging, settings.params.max_len,
+                                settings.grouping.describe())
     stats_lib.write_sidecars(staging, stats, settings, args.input)
     output.publish()
   stats_lib.log_summary(stats, time.time() - started, args.output_dir)
+  stats_lib.log_unused_test_fraction(tally, args.test_fraction)
   tally.check_complete(settings.read_config.allow_corrupt_files)
   return stats
 

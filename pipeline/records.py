@@ -100,6 +100,9 @@ READ, WRITTEN, REJECTED_KIND, LABEL, LENGTH, DUPLICATE, BIN = (
     'read', 'written', 'rejected', 'label', 'length', 'duplicate', 'bin')
 # Records whose id field held no usable id (raw.ID_REPLACED).
 IDS_REPLACED = 'ids_replaced'
+# The preprocessing job's splits: records by split and by what chose it;
+# records a group flag left without a group; distinct groups by split.
+CHOSEN, UNGROUPED, GROUPS = 'chosen', 'ungrouped', 'groups'
 # Kinds in the progress line; labels and lengths are stats, not progress.
 _PROGRESS_KINDS = {READ: progress.READ, WRITTEN: progress.WRITTEN,
                    REJECTED_KIND: progress.REJECTED}
@@ -304,6 +307,12 @@ class Tally:
   bins: Dict[str, Dict[int, int]] = dataclasses.field(default_factory=dict)
   # Records whose id field held no usable id, which got file:position ids.
   ids_replaced: int = 0
+  # Records by split, by what chose the split (data, group, text).
+  chosen: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)
+  # Records whose split the text hash chose though a group was asked for.
+  ungrouped: int = 0
+  # Distinct groups by split.
+  groups: Dict[str, int] = dataclasses.field(default_factory=dict)
 
   @property
   def total_written(self) -> int:
@@ -346,7 +355,9 @@ class Tally:
     fields = dict(read=0, written={}, rejected_by_reason={},
                   labels=collections.defaultdict(dict), lengths={},
                   duplicate_ids=0, duplicate_rows=0,
-                  bins=collections.defaultdict(dict), ids_replaced=0)
+                  bins=collections.defaultdict(dict), ids_replaced=0,
+                  chosen=collections.defaultdict(dict), ungrouped=0,
+                  groups={})
     for *key, count in counts:
       kind, rest = key[0], key[1:]
       if kind == READ:
@@ -365,11 +376,18 @@ class Tally:
         fields['bins'][rest[0]][int(rest[1])] = count
       elif kind == IDS_REPLACED:
         fields['ids_replaced'] = count
+      elif kind == CHOSEN:
+        fields['chosen'][rest[0]][rest[1]] = count
+      elif kind == UNGROUPED:
+        fields['ungrouped'] = count
+      elif kind == GROUPS:
+        fields['groups'][rest[0]] = count
     fields['rejected_by_reason'] = dict(
         sorted(fields['rejected_by_reason'].items()))
     fields['labels'] = {split: dict(sorted(by_label.items()))
                         for split, by_label in fields['labels'].items()}
     fields['bins'] = dict(fields['bins'])
+    fields['chosen'] = dict(fields['chosen'])
     return cls(**fields)
 
 

@@ -23,6 +23,10 @@ FIELDS = 'fields'
 # be (null, "", an object...): its id is then its file and position, and the
 # jobs count such records (never written).
 ID_REPLACED = 'id_replaced'
+# The record's group (--group_field: a movie, a thread, a sender), read by
+# the readers for the preprocessing job: every record of a group goes to the
+# same split (never written).
+GROUP = 'group'
 # Input fields a job passes through to its output untouched (--keep_fields),
 # as a dict of field name to value.
 KEPT = 'kept'

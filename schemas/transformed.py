@@ -36,3 +36,7 @@ def split_file_pattern(split: str) -> str:
 
 PARAMS_FILE = 'preprocess_params.json'
 STATS_FILE = 'stats.json'
+# stats.json's section on how the splits were made, and what chose a
+# record's split there: the data, a hash of the record's group, of its text.
+SPLITS_STATS = 'splits'
+CHOSEN_BY_DATA, CHOSEN_BY_GROUP, CHOSEN_BY_TEXT = 'data', 'group', 'text'

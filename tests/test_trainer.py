@@ -86,6 +86,13 @@ def test_metrics_report_validation_and_test_and_the_selecting_split(trained):
   assert '| | validation | test |' in report
   assert f'{metrics["test"]["accuracy"]:.4f}' in report
   assert f'{metrics["validation"]["accuracy"]:.4f}' in report
+  # Which split chose what, and how the preprocessing job made it: the data
+  # named the test records; validation was carved from train by text hash.
+  assert ('The validation split chose the epoch (early stopping), the '
+          'temperature and any branch weights. Its records: '
+          f'{written[raw.VALIDATION]} by a hash of their text.') in report
+  assert ('The test split chose nothing and is reported once, here. Its '
+          f'records: {written[raw.TEST]} named by the data.') in report
 
 
 def test_export_takes_raw_text_without_the_preprocessing_output(trained):

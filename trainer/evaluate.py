@@ -176,6 +176,38 @@ def _summary_lines(metrics: Dict) -> List[str]:
   return lines
 
 
+def _chosen_by(splits: Dict, split: str) -> str:
+  """How the preprocessing job chose a split's records, in words."""
+  chosen = splits['chosen_by'].get(split, {})
+  ways = []
+  if chosen.get(transformed.CHOSEN_BY_DATA):
+    ways.append(f'{chosen[transformed.CHOSEN_BY_DATA]:,} named by the data')
+  if chosen.get(transformed.CHOSEN_BY_GROUP):
+    ways.append(f'{chosen[transformed.CHOSEN_BY_GROUP]:,} by a hash of their '
+                f'group ({splits["grouped_by"]}: '
+                f'{splits["groups"].get(split, 0):,} groups)')
+  if chosen.get(transformed.CHOSEN_BY_TEXT):
+    ways.append(f'{chosen[transformed.CHOSEN_BY_TEXT]:,} by a hash of their '
+                'text' + (', having no group' if splits['grouped_by'] else ''))
+  return '; '.join(ways) or 'none'
+
+
+def choice_lines(selected_on: str, data_stats: Dict) -> List[str]:
+  """Which split chose what, and how the preprocessing job made each
+  (its stats.json); an output of a job that did not say, the split names
+  alone."""
+  splits = data_stats.get(transformed.SPLITS_STATS)
+  if not splits:
+    return [f'The {selected_on} split chose the epoch (early stopping), the '
+            'temperature and any branch weights; the test split chose '
+            'nothing and is reported once, here.']
+  return [f'The {selected_on} split chose the epoch (early stopping), the '
+          'temperature and any branch weights. Its records: '
+          f'{_chosen_by(splits, selected_on)}.', '',
+          'The test split chose nothing and is reported once, here. Its '
+          f'records: {_chosen_by(splits, raw.TEST)}.']
+
+
 def _split_lines(section: Dict, split: str) -> List[str]:
   lines = ['', f'## {split.capitalize()}', '',
            '| class | precision | recall | F1 | support |',
@@ -212,9 +244,9 @@ def write_report(model_dir: str, evaluation: Evaluation,
   lines = [
       '# Evaluation report', '',
       f'Export version {metadata["version"]}, evaluated through its raw-text '
-      f'signature. The {metrics["selected_on"]} split chose the epoch, the '
-      'temperature and any branch weights; the test split chose nothing.', '',
-      *_summary_lines(metrics)]
+      'signature.', '',
+      *choice_lines(metrics['selected_on'], metadata.get('data_stats', {})),
+      '', *_summary_lines(metrics)]
   for split in raw.HELD_OUT:
     _plot_confusion(metrics[split], split,
                     posixpath.join(model_dir, confusion_plot(split)))

@@ -19,12 +19,18 @@ class Settings:
   test_fraction: Optional[float]  # None: splits come from the data
   validation_fraction: float
   max_rejected_fraction: float
+  group_pattern: Optional[str] = None
+
+  @property
+  def grouping(self) -> splits.Grouping:
+    return splits.Grouping(self.read_config.group_field, self.group_pattern)
 
   @property
   def routing(self) -> splits.Routing:
     return splits.Routing(self.read_config.max_text_bytes,
                           self.test_fraction or 0.0, self.validation_fraction,
-                          split_required=bool(self.read_config.split_field))
+                          split_required=bool(self.read_config.split_field),
+                          grouping=self.grouping)
 
 
 # Formats read one document a file, whose train/test/... folder names its
@@ -54,7 +60,7 @@ def settings_from_args(args) -> Settings:
     check_fractions(args, fmt)
     config = readers.read_config_from_args(
         args, format=fmt, label_field=args.label_field or None,
-        split_field=args.split_field)
+        split_field=args.split_field, group_field=args.group_field or None)
     params = transform.TransformParams(
         vocab_size=args.vocab_size, min_frequency=args.min_frequency,
         max_len=args.max_len, max_token_chars=args.max_token_chars,
@@ -64,7 +70,8 @@ def settings_from_args(args) -> Settings:
     raise cli.JobError(str(error)) from error
   return Settings(pattern, config, params,
                   None if args.split_field else args.test_fraction,
-                  args.validation_fraction, args.max_rejected_fraction)
+                  args.validation_fraction, args.max_rejected_fraction,
+                  args.group_pattern)
 
 
 def preflight(settings: Settings) -> List[Dict]:

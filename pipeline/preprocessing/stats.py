@@ -3,13 +3,14 @@ pipeline has run: ``stats.json``, the parameters and the summary line."""
 import dataclasses
 import logging
 import posixpath
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 import tensorflow_transform as tft
 
 from pipeline import outputs
 from pipeline import records
+from pipeline.preprocessing import splits
 from pipeline.preprocessing.settings import Settings
 from schemas import raw
 from schemas import transformed
@@ -37,8 +38,24 @@ def _token_length_stats(lengths: Dict[int, int], max_len: int) -> Dict:
   }
 
 
-def summarize(tally: records.Tally, staging: str, max_len: int) -> Dict:
-  """stats.json from the pipeline's counts and the written transform graph."""
+def _split_stats(tally: records.Tally, grouped_by: Optional[str]) -> Dict:
+  """How the splits were made, for the trainer's report: the group flags,
+  the records each split got by what chose them (the data, the hash of a
+  group, of a text; counted as routed, before held-out records with a label
+  train lacks are rejected), the distinct groups of each split, and the
+  records a group flag left to the text hash."""
+  return {
+      'grouped_by': grouped_by,
+      'chosen_by': {split: tally.chosen.get(split, {}) for split in raw.SPLITS},
+      'groups': {split: tally.groups.get(split, 0) for split in raw.SPLITS},
+      'ungrouped': tally.ungrouped,
+  }
+
+
+def summarize(tally: records.Tally, staging: str, max_len: int,
+              grouped_by: Optional[str] = None) -> Dict:
+  """stats.json from the pipeline's counts and the written transform graph;
+  ``grouped_by``: the group flags, if any."""
   written = {split: tally.written.get(split, 0) for split in raw.SPLITS}
   tft_output = tft.TFTransformOutput(staging)
   has_vocabulary = bool(written[raw.TRAIN])
@@ -62,6 +79,7 @@ def summarize(tally: records.Tally, staging: str, max_len: int) -> Dict:
                      for split in raw.SPLITS},
       },
       'token_length': _token_length_stats(tally.lengths, max_len),
+      transformed.SPLITS_STATS: _split_stats(tally, grouped_by),
   }
 
 
@@ -75,21 +93,45 @@ def write_sidecars(staging: str, stats: Dict, settings: Settings,
       'read_config': dataclasses.asdict(settings.read_config),
       'test_fraction': settings.test_fraction,
       'validation_fraction': settings.validation_fraction,
+      'group_pattern': settings.group_pattern,
   })
+
+
+def _grouping_summary(splits: Dict) -> str:
+  """'; 250 groups (--group_pattern=...), 3 records ungrouped', or ''."""
+  if not splits['grouped_by']:
+    return ''
+  return (f'; {sum(splits["groups"].values())} groups '
+          f'({splits["grouped_by"]}), {splits["ungrouped"]} records '
+          'ungrouped')
 
 
 def log_summary(stats: Dict, seconds: float, output_dir: str) -> None:
   totals, lengths = stats['records'], stats['token_length']
   logging.info(
       'preprocess: read %d records in %.1f s -> train %d, validation %d, '
-      'test %d, rejected %d%s; vocabulary %d ids, labels %s, p50 length %d '
+      'test %d, rejected %d%s%s; vocabulary %d ids, labels %s, p50 length %d '
       '(%.1f%% truncated at %d); output %s', totals['read'], seconds,
       totals['written'][raw.TRAIN], totals['written'][raw.VALIDATION],
       totals['written'][raw.TEST],
       totals['rejected'], ''.join(
           f', {n} {reason}'
           for reason, n in stats['rejected_by_reason'].items()),
+      _grouping_summary(stats[transformed.SPLITS_STATS]),
       stats['vocabulary_size'], stats['labels']['names'], lengths['p50'],
       100 * lengths['truncated_share'], lengths['max_len'], output_dir)
+
+
+def log_unused_test_fraction(tally: records.Tally,
+                             test_fraction: float) -> None:
+  """One line when the data named every test record: --test_fraction (a
+  default, or a configuration's) chose none, so that no one reads the test
+  share from it."""
+  test = tally.chosen.get(raw.TEST, {})
+  if test.get(splits.BY_DATA) and not (test.get(splits.BY_GROUP) or
+                                       test.get(splits.BY_TEXT)):
+    logging.info('preprocess: the data names the test split (--split_field, '
+                 'or split folders): --test_fraction=%g is not used',
+                 test_fraction)
 
 

@@ -25,6 +25,8 @@ _EXTENSION_FORMATS = {
 }
 _COMPRESSION_EXTENSIONS = ('.gz', '.bz2', '.zst', '.deflate', '.lzma', '.xz')
 _LINE_FORMATS = ('jsonl', 'csv', 'tsv', 'text')
+# Formats whose records hold no field but the text (email has its headers).
+_FIELDLESS_FORMATS = ('text', 'files')
 # Encodings whose code unit is wider than a byte, by codecs.lookup name: their
 # line ends are code units, found at offsets that are multiples of the width.
 CODE_UNIT_BYTES = {'utf-16': 2, 'utf-16-le': 2, 'utf-16-be': 2,
@@ -48,6 +50,8 @@ class ReadConfig:
   label_field: Optional[str] = 'label'
   id_field: Optional[str] = 'id'
   split_field: Optional[str] = None
+  # A field (an email header, for email) read as raw.GROUP.
+  group_field: Optional[str] = None
   csv_columns: Optional[Tuple[str, ...]] = None  # None: the first row names them
   csv_delimiter: Optional[str] = None  # None: ',' for csv, tab for tsv
   csv_splittable: bool = False
@@ -73,6 +77,10 @@ class ReadConfig:
                         f'{self.format}: its line ends are not ASCII bytes')
     if self.csv_delimiter is not None:
       _check_csv_delimiter(self.csv_delimiter)
+    if self.group_field and self.format in _FIELDLESS_FORMATS:
+      raise ReaderError(
+          f'--group_field: {self.format} records have no fields; take the '
+          'group from the id with --group_pattern')
 
   @property
   def max_record_bytes(self) -> int:

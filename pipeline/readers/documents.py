@@ -51,8 +51,9 @@ def _document(path: str, content: bytes, config: config_lib.ReadConfig,
               is_email: bool) -> Dict:
   if len(content) > config.max_text_bytes:
     return rows.rejection(path, path, rejected.TEXT_TOO_LONG, content)
+  group = None
   if is_email:
-    text = email_text.email_to_text(content)
+    text, group = email_text.email_text_and_header(content, config.group_field)
   else:
     try:
       text = content.decode(config.encoding)
@@ -61,6 +62,10 @@ def _document(path: str, content: bytes, config: config_lib.ReadConfig,
   text = text.removeprefix(_BOM)
   if rows.is_undecodable(text):
     return rows.rejection(path, path, rejected.UNDECODABLE_TEXT, content)
-  return {raw.ID: path, raw.SOURCE: path, raw.TEXT: text,
-          raw.LABEL: posixpath.basename(posixpath.dirname(path)) or None,
-          raw.SPLIT: _split_from_path(path)}
+  record = {raw.ID: path, raw.SOURCE: path, raw.TEXT: text,
+            raw.LABEL: posixpath.basename(posixpath.dirname(path)) or None,
+            raw.SPLIT: _split_from_path(path)}
+  if config.group_field:  # a header of an email (--group_field=From)
+    record[raw.GROUP] = None if group is None or rows.has_surrogates(
+        group) else group
+  return record

@@ -128,6 +128,9 @@ def _record(fields: Dict[str, Any], config: config_lib.ReadConfig,
             raw.LABEL: _optional_str(label), raw.SPLIT: _optional_str(split)}
   if config.keep_fields:
     record[raw.KEPT] = kept
+  if config.group_field:
+    # An id's rules: a number is its JSON text, null or "" no group.
+    record[raw.GROUP] = _id_text(fields.get(config.group_field))
   if label is None and config.label_field:
     record[raw.FIELDS] = list(fields)
   return record
