@@ -225,9 +225,10 @@ def _bucketed_digest(record_id: str):
   return digest[0] % _DIGEST_BUCKETS, digest
 
 
-class _RepeatedDigests(beam.CombineFn):
-  """Digests, packed 16 bytes each -> the count dict of those seen more than
-  once."""
+class PackedDigests(beam.CombineFn):
+  """Digests packed end to end in one bytearray: a few bytes a record
+  however many records, where a list of bytes objects costs tens each.
+  Subclasses read the packed digests in ``extract_output``."""
 
   def create_accumulator(self):
     return bytearray()
@@ -241,6 +242,11 @@ class _RepeatedDigests(beam.CombineFn):
     for accumulator in accumulators:
       merged += accumulator
     return merged
+
+
+class _RepeatedDigests(PackedDigests):
+  """Digests, packed 16 bytes each -> the count dict of those seen more than
+  once."""
 
   def extract_output(self, accumulator):
     digests = np.frombuffer(bytes(accumulator), np.uint64).reshape(

@@ -94,6 +94,18 @@ def write_jsonl(path, rows):
   return path
 
 
+def tree(folder):
+  """Every file under ``folder`` (hidden ones too) with its bytes, by
+  relative path: equal trees are the same files, byte for byte."""
+  found = {}
+  for root, _, names in os.walk(folder):
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, 'rb') as handle:
+        found[os.path.relpath(path, folder)] = handle.read()
+  return found
+
+
 def dead_letters(output_dir):
   """The dead letters a job wrote into ``output_dir``, in a stable order, so
   that two outputs can be compared."""

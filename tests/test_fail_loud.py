@@ -17,6 +17,7 @@ from tests.conftest import main_in_process
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
+from tests.conftest import tree
 
 # Each entry point, its required flags, and a misspelled flag of its own.
 ENTRY_POINTS = {
@@ -54,17 +55,6 @@ def test_beam_options_pass_and_bad_ones_are_refused():
     with pytest.raises(SystemExit) as exit_info:
       score.parse_args(args + [bad])
     assert exit_info.value.code == cli.EXIT_JOB_ERROR
-
-
-def tree(folder):
-  """Every file under ``folder`` with its bytes."""
-  found = {}
-  for root, _, names in os.walk(folder):
-    for name in names:
-      path = os.path.join(root, name)
-      with open(path, 'rb') as handle:
-        found[os.path.relpath(path, folder)] = handle.read()
-  return found
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ several moments, or meeting a full or read-only disk. Whatever happens,
 the exit status says so, the earlier output stays byte for byte, and
 nothing half-written is where a reader looks."""
 import errno
-import os
 import pathlib
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from tests.conftest import REPO
 from tests.conftest import main_in_process
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
+from tests.conftest import tree
 
 
 def job_args(job, folder, corpus, model_dir):
@@ -43,17 +43,6 @@ def earlier(request, trained, tmp_path):
   module = score if job == 'score' else preprocess
   module.run(job_args(job, tmp_path, small, model_dir))
   return job, job_args(job, tmp_path, large, model_dir), tree(tmp_path / 'out')
-
-
-def tree(folder):
-  """Every file under ``folder`` (hidden ones too) with its bytes."""
-  found = {}
-  for root, _, names in os.walk(folder):
-    for name in names:
-      path = os.path.join(root, name)
-      with open(path, 'rb') as handle:
-        found[os.path.relpath(path, folder)] = handle.read()
-  return found
 
 
 def staging_holds_a_folder(output):

@@ -10,6 +10,7 @@ from pipeline import outputs
 from pipeline.outputs import staging
 from pipeline.outputs import swap
 from tests import s3
+from tests.conftest import tree
 
 LAYOUT = outputs.Layout(
     contents=('part-*.parquet', '_manifest.json', '_SUCCESS',
@@ -216,17 +217,6 @@ def no_exchange(monkeypatch):
     return False
   monkeypatch.setattr(swap, 'exchange', cannot_swap)
   return calls
-
-
-def tree(folder):
-  """Every file under ``folder`` with its content, by relative path."""
-  found = {}
-  for root, _, files in os.walk(folder):
-    for name in files:
-      path = os.path.join(root, name)
-      with open(path, 'rb') as handle:
-        found[os.path.relpath(path, folder)] = handle.read()
-  return found
 
 
 def publish_contents(root, files):

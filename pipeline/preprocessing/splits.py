@@ -194,21 +194,8 @@ class ValidateAndSplit(records.CountingDoFn):
     yield pvalue.TaggedOutput(split, record)
 
 
-class _DistinctDigests(beam.CombineFn):
+class _DistinctDigests(records.PackedDigests):
   """Group digests, packed -> how many are distinct."""
-
-  def create_accumulator(self):
-    return bytearray()
-
-  def add_input(self, accumulator, digest):
-    accumulator += digest
-    return accumulator
-
-  def merge_accumulators(self, accumulators):
-    merged = bytearray()
-    for accumulator in accumulators:
-      merged += accumulator
-    return merged
 
   def extract_output(self, accumulator):
     return len(np.unique(np.frombuffer(bytes(accumulator), np.uint64)))
