@@ -2,6 +2,7 @@
 clean virtual environment, Beam's portable job service with an EXTERNAL
 worker pool (the way Flink and Spark run Python workers), and a
 dask.distributed cluster through Beam's DaskRunner."""
+import collections
 import contextlib
 import functools
 import glob
@@ -196,11 +197,19 @@ def test_score_on_the_portable_runner(portable_runner, trained, tmp_path):
 
 class CountingHandler(inference.RawTextModelHandler):
   """Leaves a file a batch, naming its documents, in a folder every worker
-  process shares: how often each document was scored."""
+  process shares: how often each document was scored; and a file a model
+  load, named by its process, in another."""
 
-  def __init__(self, *args, calls_dir, **kwargs):
+  def __init__(self, *args, calls_dir, loads_dir, **kwargs):
     super().__init__(*args, **kwargs)
     self._calls_dir = calls_dir
+    self._loads_dir = loads_dir
+
+  def load_model(self):
+    with open(os.path.join(self._loads_dir,
+                           f'{os.getpid()}-{uuid.uuid4().hex}'), 'w'):
+      pass
+    return super().load_model()
 
   def run_inference(self, batch, model, inference_args=None):
     with open(os.path.join(self._calls_dir, uuid.uuid4().hex), 'w',
@@ -210,11 +219,16 @@ class CountingHandler(inference.RawTextModelHandler):
 
 
 @contextlib.contextmanager
-def counting_model_calls(calls_dir):
+def counting_model_calls(calls_dir, loads_dir):
   with pytest.MonkeyPatch.context() as patch:
     patch.setattr(inference, 'RawTextModelHandler', functools.partial(
-        CountingHandler, calls_dir=str(calls_dir)))
+        CountingHandler, calls_dir=str(calls_dir), loads_dir=str(loads_dir)))
     yield
+
+
+def loads_by_process(loads_dir):
+  return collections.Counter(name.split('-')[0]
+                             for name in os.listdir(loads_dir))
 
 
 def scored_ids(calls_dir):
@@ -271,17 +285,23 @@ def dask_cluster(request):
 def test_score_on_dask_writes_each_document_once(dask_cluster, trained,
                                                  tmp_path):
   rows = synthetic_reviews(300, 3)
-  calls = tmp_path / 'calls'
+  calls, loads = tmp_path / 'calls', tmp_path / 'loads'
   calls.mkdir()
-  manifest = score_on_and_off(dask_cluster, trained, tmp_path,
+  loads.mkdir()
+  # More partitions than worker processes: each process runs several.
+  manifest = score_on_and_off(dask_cluster + ['--dask_npartitions=6'],
+                              trained, tmp_path,
                               rows + [{'id': 'bad', 'text': ''}],
-                              on_runner=counting_model_calls(calls))
+                              on_runner=counting_model_calls(calls, loads))
   ids = [row['id'] for row in rows]
   assert manifest['counts']['scored'] == len(rows)
   assert manifest['counts']['rejected'] == 1
   assert_each_document_once(tmp_path / 'runner', ids)
   # One model call a document, on the Dask run (the only one counted).
   assert scored_ids(calls) == sorted(ids)
+  # A worker process loads the model once for all its partitions, as a
+  # Beam worker sets a DoFn up once for all its bundles.
+  assert set(loads_by_process(loads).values()) == {1}
 
 
 def long_tailed_reviews(count, seed):
