@@ -6,7 +6,7 @@ a bundle's end, so a runner's UI (Dataflow's, Flink's) moves while a long
 bundle runs. On the local runners, where bundles run in the launcher's
 process (FnApiRunner in memory or multi-threaded, the jobs' default), the
 same counts also reach the launcher's ``Reporter``, which logs a line every
-``--progress_seconds``:
+``--progress_seconds`` (and none where no count reaches it):
 
     score: 1,204,000 read, 1,198,000 scored, 6,000 rejected; 5,230/s;
     0:03:50 elapsed; about 0:15:22 left
@@ -64,8 +64,14 @@ class Reporter:
     with self._lock:
       self._counts.update(counts)
 
-  def line(self) -> str:
+  def line(self) -> Optional[str]:
+    """The progress line; None while no count has reached this process, as
+    on a runner whose workers run in other processes (multi_processing,
+    Dask, a portable runner, Dataflow): there a line of zeros would say the
+    job is stuck, and the runner's UI shows the counters."""
     with self._lock:
+      if not self._counts:
+        return None
       read, written, rejected, learnt = (
           self._counts[READ], self._counts[WRITTEN], self._counts[REJECTED],
           self._counts[LEARNT])
@@ -84,7 +90,9 @@ class Reporter:
 
   def _run(self) -> None:
     while not self._stop.wait(self._interval):
-      logging.info('%s', self.line())
+      line = self.line()
+      if line:
+        logging.info('%s', line)
 
   def start(self) -> None:
     self._thread.start()

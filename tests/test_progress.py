@@ -14,6 +14,9 @@ def test_the_line_counts_rates_and_the_time_left(monkeypatch):
   now = [100.0]
   monkeypatch.setattr(progress.time, 'monotonic', lambda: now[0])
   reporter = progress.Reporter('score', 'scored', 30, expected=1000)
+  # Nothing counted in this process (the workers run elsewhere): no line
+  # of zeros.
+  assert reporter.line() is None
   reporter.add({progress.READ: 300, progress.WRITTEN: 290,
                 progress.REJECTED: 10})
   now[0] += 60
