@@ -9,7 +9,9 @@ recognised whatever a runner made of them; anything else is a failure of
 its own status, 1.
 """
 import errno
+import functools
 import logging
+import os
 import re
 import signal
 import sys
@@ -93,14 +95,33 @@ class Stopped(BaseException):
 # The signal that stopped this process, once one did: whatever a runner
 # makes of the exception, the run ends with its status.
 _STOPPED_BY = []
+# Where main's error line goes: standard error, or, once a stop silenced
+# it, a copy of it.
+_ERROR_STREAM = []
 
 
-def _stop(signum, frame):
+def _silence_stderr() -> None:
+  """Sends what this process writes to standard error from now on nowhere,
+  and keeps a copy of it for main's one line. The stop exception lands
+  wherever the main thread is, also in Python code that a library's C
+  code called, which may print the traceback it gets back itself (TF's
+  does); what any library prints while it unwinds is no news to the
+  operator."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, 2)
+  os.close(devnull)
+  _ERROR_STREAM.append(os.fdopen(saved, 'w', encoding=sys.stderr.encoding,
+                                 errors='backslashreplace'))
+
+
+def _stop(signum, frame, silence: bool):
   del frame
   if not _STOPPED_BY:
     _STOPPED_BY.append(signum)
-    # What the runner logs while it unwinds is no news to the operator.
-    logging.getLogger('apache_beam').setLevel(logging.CRITICAL)
+    if silence:
+      _silence_stderr()
     raise Stopped(signum)
 
 
@@ -154,8 +175,9 @@ def main(run: Callable[[Optional[List[str]]], object]) -> None:
   _configure_logging(verbose)
   # Schedulers stop a job with SIGTERM first; Python would die on it, or
   # on SIGINT in a runner's thread, without unwinding.
-  signal.signal(signal.SIGTERM, _stop)
-  signal.signal(signal.SIGINT, _stop)
+  stop = functools.partial(_stop, silence=not verbose)
+  signal.signal(signal.SIGTERM, stop)
+  signal.signal(signal.SIGINT, stop)
   try:
     run(argv)
   except SystemExit:
@@ -164,5 +186,6 @@ def main(run: Callable[[Optional[List[str]]], object]) -> None:
     status, message = _outcome(error)
     if verbose:
       traceback.print_exc()
-    print(f'error: {message}', file=sys.stderr)
+    stream = _ERROR_STREAM[0] if _ERROR_STREAM else sys.stderr
+    print(f'error: {message}', file=stream, flush=True)
     sys.exit(status)

@@ -1,11 +1,14 @@
 """cli.main: faults of a job or of its machine reach the user as one line."""
 import errno
 import signal
+import subprocess
+import sys
 
 from apache_beam.io.filesystem import BeamIOError
 import pytest
 
 import cli
+from tests.conftest import REPO
 from tests.conftest import main_in_process
 
 
@@ -73,7 +76,7 @@ def test_a_signal_ends_the_run_with_its_status_whatever_wraps_it(
   def run(argv):
     del argv
     try:
-      cli._stop(signum, None)  # pylint: disable=protected-access
+      cli._stop(signum, None, silence=False)  # pylint: disable=protected-access
     except cli.Stopped as stopped:
       # What a runner makes of it: another exception, raised while
       # handling the first.
@@ -84,3 +87,38 @@ def test_a_signal_ends_the_run_with_its_status_whatever_wraps_it(
   assert stderr.strip().splitlines() == [
       f'error: stopped by {signal.Signals(signum).name}; nothing was '
       'published']
+
+
+# A job stopped while a library's C code had called back into Python: the
+# library prints the traceback it got back, straight to file descriptor 2,
+# as Python code unwinding may print too.
+_STOPPED_WHILE_A_LIBRARY_PRINTS = """
+import os, signal, sys, time
+import cli
+
+def run(argv):
+  try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000):  # until the handler raises
+      time.sleep(0.01)
+    raise AssertionError('SIGTERM never arrived')
+  finally:
+    os.write(2, b'Traceback (most recent call last): a library unwinding\\n')
+    print('Traceback (most recent call last): Python unwinding',
+          file=sys.stderr)
+
+cli.main(run)
+"""
+
+
+@pytest.mark.parametrize('verbose', [False, True], ids=['quiet', 'verbose'])
+def test_after_a_stop_only_the_error_line_reaches_stderr(verbose):
+  result = subprocess.run(
+      [sys.executable, '-c', _STOPPED_WHILE_A_LIBRARY_PRINTS] +
+      ([cli.VERBOSE_FLAG] if verbose else []), cwd=REPO, capture_output=True,
+      text=True, timeout=120, check=False)
+  assert result.returncode == cli.EXIT_TERMINATED
+  lines = result.stderr.strip().splitlines()
+  assert lines[-1] == 'error: stopped by SIGTERM; nothing was published'
+  # --verbose shows everything; by default the one line is all there is.
+  assert (len(lines) > 1) == verbose
