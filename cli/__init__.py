@@ -100,6 +100,16 @@ _STOPPED_BY = []
 _ERROR_STREAM = []
 
 
+def check_not_stopped() -> None:
+  """Raises Stopped where a signal stopped this process, though a library
+  on the way swallowed the exception it raised (one landing in Python code
+  that C code called comes back as a SystemError, which an ``except
+  Exception`` takes): called before anything is published, so that a
+  stopped run never publishes."""
+  if _STOPPED_BY:
+    raise Stopped(_STOPPED_BY[0])
+
+
 def _silence_stderr() -> None:
   """Sends what this process writes to standard error from now on nowhere,
   and keeps a copy of it for main's one line. The stop exception lands

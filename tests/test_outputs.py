@@ -1,11 +1,13 @@
 """pipeline.outputs: where a job stages, what it publishes, what it refuses."""
 import os
 import posixpath
+import signal
 import time
 
 from apache_beam.io.filesystems import FileSystems
 import pytest
 
+import cli
 from pipeline import outputs
 from pipeline.outputs import staging
 from pipeline.outputs import swap
@@ -260,3 +262,17 @@ def test_leaving_without_publishing_removes_the_staging(tmp_path):
       write(output.staging_dir, PART, b'half')
       raise RuntimeError('the pipeline failed')
   assert os.listdir(tmp_path) == []
+
+
+def test_a_stopped_run_never_publishes_though_the_stop_was_swallowed(
+    tmp_path, monkeypatch):
+  publish_contents(tmp_path / 'scores', {PART: b'old rows', '_SUCCESS': b''})
+  before = tree(tmp_path / 'scores')
+  # SIGTERM came, and a library on the way took the exception it raised
+  # for an error of its own and went on: the pipeline finished.
+  monkeypatch.setattr(cli, '_STOPPED_BY', [signal.SIGTERM])
+  with pytest.raises(cli.Stopped):
+    publish_contents(tmp_path / 'scores', {PART: b'new rows',
+                                           '_SUCCESS': b''})
+  assert tree(tmp_path / 'scores') == before
+  assert os.listdir(tmp_path) == ['scores']

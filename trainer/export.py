@@ -22,6 +22,7 @@ from typing import Dict, List
 
 import tensorflow as tf
 
+import cli
 from schemas import serving
 from schemas import transformed
 from serving import exports
@@ -93,6 +94,7 @@ def publish(staging: str, model_dir: str) -> str:
   the newest version is always the newest run's, even after the clock went
   back; the model folder's lock keeps two runs from taking the same one.
   """
+  cli.check_not_stopped()
   export_root = posixpath.join(model_dir, serving.EXPORT_DIR)
   versions = [int(name.rstrip('/')) for name in tf.io.gfile.listdir(
       export_root) if name.rstrip('/').isdigit()]

@@ -9,6 +9,7 @@ from typing import Callable
 
 from apache_beam.io.filesystems import FileSystems
 
+import cli
 from pipeline.outputs import files
 from pipeline.outputs import swap
 from pipeline.outputs.policy import OutputError
@@ -158,6 +159,7 @@ class StagedOutput:
 
   def publish(self) -> None:
     """Moves the staged output into place, replacing any previous one."""
+    cli.check_not_stopped()
     files.delete_tree(self.kept_dir)
     self._remove_strays()
     if files.is_local(self.final_dir):
