@@ -178,6 +178,14 @@ def _outcome(error: BaseException):
                        f'{VERBOSE_FLAG} for the traceback)')
 
 
+def _exit_at_once(status: int) -> None:
+  """Ends a stopped run, which has unwound already, without the
+  interpreter's exit: that joins every thread, and one the stop left
+  waiting (on a lock, on a queue) would keep the process forever."""
+  sys.stdout.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
 def main(run: Callable[[Optional[List[str]]], object]) -> None:
   """Runs a job's ``run(argv)`` as a command-line program."""
   argv = sys.argv[1:]
@@ -198,4 +206,6 @@ def main(run: Callable[[Optional[List[str]]], object]) -> None:
       traceback.print_exc()
     stream = _ERROR_STREAM[0] if _ERROR_STREAM else sys.stderr
     print(f'error: {message}', file=stream, flush=True)
+    if _STOPPED_BY:
+      _exit_at_once(status)
     sys.exit(status)

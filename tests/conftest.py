@@ -75,6 +75,8 @@ def main_in_process(monkeypatch, capsys, run, *args):
   status (0 when it returned) and what the job wrote to stderr."""
   # main installs signal handlers; the test process keeps its own.
   monkeypatch.setattr(signal, 'signal', lambda *_: None)
+  # A stopped run leaves by os._exit, which would end the test process.
+  monkeypatch.setattr(cli, '_exit_at_once', sys.exit)
   monkeypatch.setattr(sys, 'argv', ['job', *map(str, args)])
   try:
     cli.main(run)
