@@ -130,7 +130,7 @@ def model_alone(pattern: str, model_dir: str, docs: int,
       texts.extend(json.loads(line)[raw.TEXT].encode('utf-8')
                    for line, _ in zip(handle, range(docs - len(texts))))
   # The XLA flags as the job's model handler sets them.
-  inference.RawTextModelHandler(model_dir, batch_size).set_environment_vars()
+  inference.RawTextModelHandler(model_dir).set_environment_vars()
   model, _ = length_groups.load(model_dir)
   batches = [texts[start:start + batch_size]
              for start in range(0, len(texts), batch_size)]

@@ -56,7 +56,7 @@ def main():
   from serving import exports
   from serving import length_groups
   # The XLA flags as the scoring job's model handler sets them.
-  inference.RawTextModelHandler(args.model_dir, 1).set_environment_vars()
+  inference.RawTextModelHandler(args.model_dir).set_environment_vars()
   paths = sorted(glob.glob(os.path.join(work, 'aclImdb', 'test', '*', '*')))
   step = max(len(paths) // args.docs, 1)
   texts = []

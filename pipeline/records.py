@@ -173,12 +173,13 @@ class CountingDoFn(beam.DoFn):
     self._counts[key] += count
     self._meter(key, count)
 
-  def count_label(self, split: str, label: str):
-    self._counts[(LABEL, split, label)] += 1
+  def count_label(self, split: str, label: str, count: int = 1):
+    self._counts[(LABEL, split, label)] += count
 
-  def count_bin(self, histogram: str, index: int):
-    """One record in bin ``index`` of the histogram named ``histogram``."""
-    self._counts[(BIN, histogram, index)] += 1
+  def count_bin(self, histogram: str, index: int, count: int = 1):
+    """``count`` records in bin ``index`` of the histogram named
+    ``histogram``."""
+    self._counts[(BIN, histogram, index)] += count
 
   def count_lengths(self, lengths: Dict[int, int]):
     for length, count in lengths.items():

@@ -91,10 +91,11 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
                 | 'Ids' >> beam.Map(operator.itemgetter(raw.ID))
                 | 'Duplicates' >> records.CountDuplicateIds())
   checked = read | 'Validate' >> beam.ParDo(rows.Validate(
-      settings.read_config.max_text_bytes, settings.kept_types)).with_outputs(
-          records.REJECTED, records.STATS, main='documents')
-  predictions = checked.documents | 'Score' >> RunInference(
-      inference.RawTextModelHandler(settings.export_dir, settings.batch_size))
+      settings.read_config.max_text_bytes, settings.kept_types,
+      settings.batch_size)).with_outputs(
+          records.REJECTED, records.STATS, main='batches')
+  predictions = checked.batches | 'Score' >> RunInference(
+      inference.RawTextModelHandler(settings.export_dir))
   schema = scored.arrow_schema(settings.label_names, settings.kept_schema)
   scored_rows = predictions | 'ToArrow' >> beam.ParDo(rows.ToArrow(
       schema, settings.label_names, settings.metadata['version'],

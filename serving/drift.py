@@ -12,7 +12,6 @@ usual threshold for a significant shift) raises the manifest's alert.
 
 Plain Python and numpy: the trainer and the scoring job's launcher import it.
 """
-import bisect
 import collections
 import io
 import logging
@@ -32,10 +31,14 @@ PSI_ALERT = 0.2
 _EMPTY_SHARE = 1e-4
 
 
-def confidence_bin(confidence: float, edges: Sequence[float]) -> int:
-  """The bin of ``confidence``; 1.0 falls in the last one."""
-  return min(max(bisect.bisect_right(edges, confidence) - 1, 0),
-             len(edges) - 2)
+def confidence_bins(confidences: np.ndarray,
+                    edges: Sequence[float]) -> np.ndarray:
+  """The bin of each confidence (bins closed on the left); 1.0 falls in
+  the last one. Compared as float64, as Python compares a float32 to an
+  edge."""
+  found = np.searchsorted(np.asarray(edges, np.float64),
+                          np.asarray(confidences, np.float64), side='right')
+  return np.clip(found - 1, 0, len(edges) - 2)
 
 
 def distribution(label_names: List[str], labels: Dict[str, int],
@@ -65,8 +68,8 @@ def reference(label_names: List[str], probabilities: np.ndarray,
   probabilities), for the export's metadata."""
   labels = collections.Counter(
       label_names[index] for index in probabilities.argmax(axis=1))
-  bins = collections.Counter(confidence_bin(confidence, edges)
-                             for confidence in probabilities.max(axis=1))
+  bins = collections.Counter(
+      confidence_bins(probabilities.max(axis=1), edges).tolist())
   return distribution(label_names, labels, bins, edges)
 
 

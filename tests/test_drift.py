@@ -10,10 +10,12 @@ from serving import drift
 def test_confidence_bins_cover_zero_to_one():
   edges = drift.CONFIDENCE_EDGES
   assert len(edges) == 11
-  assert drift.confidence_bin(0.0, edges) == 0
-  assert drift.confidence_bin(0.55, edges) == 5
-  assert drift.confidence_bin(0.6, edges) == 6
-  assert drift.confidence_bin(1.0, edges) == 9
+  assert drift.confidence_bins([0.0, 0.55, 0.6, 1.0], edges).tolist() == [
+      0, 5, 6, 9]
+  # The float32 nearest 0.7 lies below the edge 0.7, as Python compares
+  # them (in float32 the two are equal).
+  assert drift.confidence_bins(np.array([0.7], np.float32),
+                               edges).tolist() == [6]
 
 
 def test_reference_counts_predictions_of_the_eval_split():

@@ -44,18 +44,27 @@ def records(texts):
   return [{raw.ID: str(i), raw.TEXT: text} for i, text in enumerate(texts)]
 
 
-def answers(pipeline, handler, texts):
-  """(text, label or the failure) of each document, as RunInference gave
+def batches(texts, batch_size):
+  """The documents of ``texts`` in batches, as the job's Validate makes
   them."""
+  documents = records(texts)
+  return [documents[start:start + batch_size]
+          for start in range(0, len(documents), batch_size)]
+
+
+def answers(pipeline, handler, texts, batch_size):
+  """(text, label or the failure) of each document, as RunInference gave
+  them: a PredictionResult a batch."""
   def answer(result):
-    scores = result.inference
-    if isinstance(scores, inference.InferenceFailed):
-      return result.example[raw.TEXT], 'failed'
-    return result.example[raw.TEXT], scores.label
+    batch, answered = result.example, result.inference
+    for index in answered.failed:
+      yield batch[index][raw.TEXT], 'failed'
+    yield from zip((record[raw.TEXT] for record in answered.scored(batch)),
+                   (label.decode('utf-8') for label in answered.labels))
   return (pipeline
-          | beam.Create(records(texts))
+          | beam.Create(batches(texts, batch_size))
           | RunInference(handler)
-          | beam.Map(answer))
+          | beam.FlatMap(answer))
 
 
 def test_run_inference_scores_as_the_signature_and_reports_its_metrics(
@@ -67,12 +76,12 @@ def test_run_inference_scores_as_the_signature_and_reports_its_metrics(
       texts, predict.predict(signature, metadata['label_names'], texts))]
   pipeline = beam_pipeline()
   assert_that(answers(pipeline, inference.RawTextModelHandler(
-      str(export_dir), batch_size=8), texts), equal_to(expected))
+      str(export_dir)), texts, batch_size=8), equal_to(expected))
   result = pipeline.run()
   result.wait_until_finish()
   metrics = report.inference_metrics(result)
   assert metrics['documents'] == 20
-  assert metrics['batches'] >= 3  # batches of at most 8
+  assert metrics['batches'] == 3  # batches of at most 8
   assert metrics['model_loads'] >= 1
   assert metrics.get('failed_batches', 0) == 0
   sizes = result.metrics().query(MetricsFilter().with_name(
@@ -85,7 +94,7 @@ def test_a_poison_document_is_isolated_and_alone_fails(trained):
   texts = [r['text'] for r in synthetic_reviews(20, 9)]
   texts[13] += f' {POISON}'
   with beam_pipeline() as pipeline:
-    labels = answers(pipeline, PoisonedHandler(str(export_dir), 8), texts)
+    labels = answers(pipeline, PoisonedHandler(str(export_dir)), texts, 8)
     assert_that(labels | beam.Filter(lambda pair: pair[1] == 'failed'),
                 equal_to([(texts[13], 'failed')]), label='OnlyThePoison')
     assert_that(labels | beam.combiners.Count.Globally(), equal_to([20]),
@@ -97,7 +106,7 @@ def test_a_model_that_fails_on_every_batch_stops_the_pipeline(trained):
   texts = [r['text'] for r in synthetic_reviews(64, 10)]
   with pytest.raises(Exception, match=inference.MODEL_FAILED):
     with beam_pipeline() as pipeline:
-      answers(pipeline, BrokenHandler(str(export_dir), 64), texts)
+      answers(pipeline, BrokenHandler(str(export_dir)), texts, 64)
   # Bisection stops after MAX_ISOLATED + 1 documents failed alone: each
   # costs at most a call a level of the halving (64 documents: 7 levels).
   assert LOADED['broken'].calls <= (inference.MAX_ISOLATED + 1) * 7
@@ -125,14 +134,15 @@ class CountingPool(concurrent.futures.ThreadPoolExecutor):
 def test_model_threads_live_for_their_batch_and_are_bounded(trained,
                                                            monkeypatch):
   _, export_dir, _ = trained
-  handler = inference.RawTextModelHandler(str(export_dir), 64, threads=3)
+  handler = inference.RawTextModelHandler(str(export_dir), threads=3)
   model = handler.load_model()
   monkeypatch.setattr(concurrent.futures, 'ThreadPoolExecutor', CountingPool)
   batch = records([r['text'] for r in synthetic_reviews(64, 11)])
 
   def score_repeatedly():
     for _ in range(5):
-      assert len(list(handler.run_inference(batch, model))) == len(batch)
+      (result,) = handler.run_inference(batch, model)
+      assert len(result.inference.labels) == len(batch)
 
   callers = [threading.Thread(target=score_repeatedly) for _ in range(3)]
   for caller in callers:

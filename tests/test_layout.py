@@ -58,7 +58,7 @@ def test_a_scoring_worker_loads_no_tensorflow_transform(trained):
   loaded = modules_loaded_by(f'''
 from pipeline import score
 from pipeline.scoring import inference
-handler = inference.RawTextModelHandler({str(export_dir)!r}, 8)
+handler = inference.RawTextModelHandler({str(export_dir)!r})
 model = handler.load_model()
 list(handler.run_inference([{{'id': '1', 'text': 'a fine film'}}], model))
 ''')

@@ -1,9 +1,14 @@
 """The scoring job's model step: Beam's RunInference with a handler of ours.
 
-``RawTextModelHandler`` is a ``ModelHandler`` of raw records: RunInference
-batches them (``batch_elements_kwargs``), loads the model once a process
-through Beam's ``Shared`` handle, reports Beam's standard inference metrics
-(``num_inferences``, ``inference_request_batch_size``,
+``RawTextModelHandler`` is a ``ModelHandler`` of batches of raw records,
+each batch one element (the job's ``rows.Validate`` forms them, so that
+RunInference skips its own batching, ``should_skip_batching``) and answered
+by one ``PredictionResult``, whose inference is the model's answers as
+columns (``Answers``): not a Beam element, ``PredictionResult`` and answer
+object a document, which cost more than the rest of the job besides the
+model and reading (BENCHMARKS.md, issue 21). RunInference loads the model
+once a process through Beam's ``Shared`` handle, reports Beam's standard
+inference metrics (``num_inferences``, ``inference_request_batch_size``,
 ``inference_batch_latency_micro_secs``, ``load_model_latency_milli_secs``,
 ``model_byte_size``, ``failed_batches_counter``) and follows a model path
 given as a side input (``update_model_path``). The model is
@@ -12,18 +17,19 @@ length-grouped XLA calls.
 
 A document the model raises on (a poison document) is isolated by scoring
 the halves of its batch, down to single documents: it alone is answered
-with ``InferenceFailed``, and the job rejects it. A model that fails on
-more documents of one batch than ``MAX_ISOLATED`` is broken, not fed a
-poison document: the batch raises ``ModelFailed`` and the job stops. That
-also bounds what bisection costs.
+with its error (``Answers.failed``), and the job rejects it. A model that
+fails on more documents of one batch than ``MAX_ISOLATED`` is broken, not
+fed a poison document: the batch raises ``ModelFailed`` and the job stops.
+That also bounds what bisection costs.
 """
 import datetime
 import logging
 import os
 import re
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Iterable, NamedTuple, Optional, Sequence
 
 from apache_beam.ml.inference import base
+import numpy as np
 
 import cli
 from schemas import raw
@@ -96,27 +102,22 @@ def check_model(signature, texts: Sequence[str]) -> None:
         f'{errors[0]}')
 
 
-class InferenceFailed(NamedTuple):
-  """The inference of a document the model raised on alone."""
-  error: str
-
-
-class Scores(NamedTuple):
-  """The inference of a scored document: the signature's outputs."""
-  label: str
-  confidence: float
-  probabilities: List[float]
+class Answers(NamedTuple):
+  """The model's answers to a batch, as columns: the signature's outputs
+  for the documents it scored, in the batch's order, and the error of each
+  document it raised on alone, by its index in the batch."""
+  labels: np.ndarray  # bytes
+  confidences: np.ndarray
+  probabilities: np.ndarray  # a row a document, a column a label
   scored_at: datetime.datetime
+  failed: Dict[int, str]
 
-
-def _model_answers(model, texts: Sequence[bytes]) -> List[Scores]:
-  outputs = model(texts)
-  scored_at = datetime.datetime.now(datetime.timezone.utc)
-  labels = outputs[serving.LABEL]
-  confidences = outputs[serving.CONFIDENCE].tolist()
-  probabilities = outputs[serving.PROBABILITIES].tolist()
-  return [Scores(labels[i].decode('utf-8'), confidences[i], probabilities[i],
-                 scored_at) for i in range(len(texts))]
+  def scored(self, batch: Sequence[Any]) -> Sequence[Any]:
+    """The documents of ``batch`` the columns answer."""
+    if not self.failed:
+      return batch
+    return [item for index, item in enumerate(batch)
+            if index not in self.failed]
 
 
 class _Isolation:
@@ -126,37 +127,54 @@ class _Isolation:
   def __init__(self, model, limit: int):
     self._model = model
     self._limit = limit
-    self.failed = 0
+    self._outputs = []  # the model's answers to the parts it scored
+    self._failed = {}
 
-  def answers(self, texts: Sequence[bytes]) -> List[Any]:
+  def answers(self, texts: Sequence[bytes]) -> Answers:
+    self._score(texts, 0)
+    scored_at = datetime.datetime.now(datetime.timezone.utc)
+    if not self._outputs:  # every document failed alone
+      empty = np.empty(0)
+      return Answers(empty, empty, empty, scored_at, self._failed)
+    columns = [np.concatenate([outputs[name] for outputs in self._outputs])
+               if len(self._outputs) > 1 else self._outputs[0][name]
+               for name in (serving.LABEL, serving.CONFIDENCE,
+                            serving.PROBABILITIES)]
+    return Answers(*columns, scored_at, self._failed)
+
+  def _score(self, texts: Sequence[bytes], start: int) -> None:
+    """``texts``, the batch's from index ``start`` on; depth first, so
+    that the parts scored stay in the batch's order."""
     try:
-      return _model_answers(self._model, texts)
+      self._outputs.append(self._model(texts))
     except Exception as error:  # pylint: disable=broad-except
       if len(texts) > 1:
         middle = len(texts) // 2
-        return self.answers(texts[:middle]) + self.answers(texts[middle:])
-      self.failed += 1
-      if self.failed > self._limit:
+        self._score(texts[:middle], start)
+        self._score(texts[middle:], start + middle)
+        return
+      self._failed[start] = f'{type(error).__name__}: {error}'
+      if len(self._failed) > self._limit:
         raise ModelFailed(
-            f'{MODEL_FAILED} {self.failed} documents of a batch, each alone '
-            f'(more than the {self._limit} a poison document explains): '
-            f'{type(error).__name__}: {error}') from error
-      return [InferenceFailed(f'{type(error).__name__}: {error}')]
+            f'{MODEL_FAILED} {len(self._failed)} documents of a batch, each '
+            f'alone (more than the {self._limit} a poison document '
+            f'explains): {type(error).__name__}: {error}') from error
 
 
-class RawTextModelHandler(base.ModelHandler[Dict, base.PredictionResult,
+class RawTextModelHandler(base.ModelHandler[Sequence[Dict],
+                                            base.PredictionResult,
                                             length_groups.SmallCalls]):
-  """Raw records (``schemas.raw``) in, a PredictionResult each out, whose
-  inference is ``Scores`` or ``InferenceFailed``."""
+  """A batch of raw records (``schemas.raw``) in, as one element; one
+  PredictionResult out, whose example is the batch and whose inference is
+  its ``Answers``."""
 
-  def __init__(self, export_dir: str, batch_size: int, threads: int = 0,
+  def __init__(self, export_dir: str, threads: int = 0,
                max_isolated: int = MAX_ISOLATED):
     # XLA_FLAGS as Beam sets environment variables for a model: in the
     # worker, before the model loads; a user's own XLA_FLAGS win.
     env_vars = ({} if 'XLA_FLAGS' in os.environ else
                 {'XLA_FLAGS': length_groups.XLA_FLAGS})
-    super().__init__(min_batch_size=batch_size, max_batch_size=batch_size,
-                     env_vars=env_vars)
+    super().__init__(env_vars=env_vars)
     self._export_dir = export_dir
     self._threads = threads
     self._max_isolated = max_isolated
@@ -167,6 +185,11 @@ class RawTextModelHandler(base.ModelHandler[Dict, base.PredictionResult,
     if not any(isinstance(f, _WithoutMissingResourceNotice)
                for f in _BEAM_INFERENCE_LOGGER.filters):
       _BEAM_INFERENCE_LOGGER.addFilter(_WithoutMissingResourceNotice())
+
+  def should_skip_batching(self) -> bool:
+    """Elements come batched (what ``with_no_batching`` would say, through
+    a wrapper that leaves out ``set_environment_vars`` above)."""
+    return True
 
   def load_model(self) -> length_groups.SmallCalls:
     model, _ = length_groups.load(self._export_dir, self._threads)
@@ -184,8 +207,7 @@ class RawTextModelHandler(base.ModelHandler[Dict, base.PredictionResult,
     isolation = _Isolation(model, self._max_isolated)
     answers = isolation.answers([record[raw.TEXT].encode('utf-8')
                                  for record in batch])
-    return [base.PredictionResult(record, answer)
-            for record, answer in zip(batch, answers)]
+    return [base.PredictionResult(batch, answers)]
 
   def get_num_bytes(self, batch: Sequence[Dict]) -> int:
     """The text's characters: what the model reads (Beam's default pickles

@@ -1,6 +1,5 @@
-"""The scoring job's per-document steps around the model: checking what
-was read, and turning what the model answered into Parquet rows."""
-import collections
+"""The scoring job's steps around the model: checking what was read and
+batching it, and turning what the model answered into Parquet rows."""
 from typing import Dict, Optional, Sequence, Tuple
 
 from apache_beam.ml.inference.base import PredictionResult
@@ -20,9 +19,6 @@ NAMESPACE = 'score'
 # The Tally names of the partition's predicted labels and confidence bins.
 SCORED = 'scored'
 CONFIDENCE = 'confidence'
-# ToArrow's column of each document's probabilities, before it becomes a
-# column a label.
-_PROBABILITIES = 'probabilities'
 
 
 def reason_of(record: Dict, max_text_bytes: int, kept_types) -> Optional[str]:
@@ -36,11 +32,45 @@ def reason_of(record: Dict, max_text_bytes: int, kept_types) -> Optional[str]:
   return reason
 
 
-class Validate(records.CountingDoFn):
-  """Counts every record read; bad ones go to the dead letters."""
+class _Grouping(records.CountingDoFn):
+  """Gathers a bundle's items into groups of at least ``size`` units, one
+  output element a group, and the rest at the bundle's end: one Beam
+  element a group, not a document, between the steps that follow."""
 
-  def __init__(self, max_text_bytes: int, kept_types):
+  def __init__(self, size: int):
     super().__init__(NAMESPACE)
+    self._size = size
+
+  def start_bundle(self):
+    super().start_bundle()
+    self._items, self._units = [], 0
+
+  def _add(self, item, units: int = 1):
+    """The group ``item`` completes, if it completes one; else None."""
+    self._items.append(item)
+    self._units += units
+    return self._take() if self._units >= self._size else None
+
+  def _take(self):
+    items, self._items, self._units = self._items, [], 0
+    return self._group(items)
+
+  def _group(self, items: list):
+    return items
+
+  def finish_bundle(self):
+    yield from super().finish_bundle()
+    if self._items:
+      yield GlobalWindows.windowed_value(self._take())
+
+
+class Validate(_Grouping):
+  """Counts every record read; bad ones go to the dead letters, good ones
+  on in batches (lists) of ``batch_size``, which the model step takes
+  whole (``inference.RawTextModelHandler``)."""
+
+  def __init__(self, max_text_bytes: int, kept_types, batch_size: int):
+    super().__init__(batch_size)
     self._max_text_bytes = max_text_bytes
     self._kept_types = kept_types  # (input field, Arrow type) pairs
 
@@ -49,14 +79,17 @@ class Validate(records.CountingDoFn):
     reason = reason_of(record, self._max_text_bytes, self._kept_types)
     if reason:
       yield self.reject(record, reason)
-    else:
-      yield record
+      return
+    batch = self._add(record)
+    if batch:
+      yield batch
 
 
-class ToArrow(records.CountingDoFn):
-  """Prediction results -> tables of the Parquet schema, one every
-  ``rows_per_table`` documents and one at the bundle's end (each a row group
-  of the output); a document the model failed on -> a dead letter.
+class ToArrow(_Grouping):
+  """Prediction results (a batch each) -> tables of the Parquet schema,
+  each of at least ``rows_per_table`` documents but the bundle's last (each
+  a row group of the output); a document the model failed on -> a dead
+  letter.
 
   Columns, not a row dict a document: Beam's row-wise Parquet sink would
   build a dict a document only to take it apart again into columns.
@@ -65,52 +98,54 @@ class ToArrow(records.CountingDoFn):
   def __init__(self, schema: pa.Schema, label_names: Sequence[str],
                model_version: int, kept: Tuple[Tuple[str, str], ...],
                confidence_edges: Sequence[float], rows_per_table: int):
-    super().__init__(NAMESPACE)
+    super().__init__(rows_per_table)
     self._schema = schema
     self._probability_columns = scored.probability_columns(label_names)
     self._model_version = model_version
     self._kept = kept
     self._edges = confidence_edges
-    self._rows_per_table = rows_per_table
-
-  def start_bundle(self):
-    super().start_bundle()
-    self._columns = collections.defaultdict(list)
 
   def process(self, result: PredictionResult):
-    record, scores = result.example, result.inference
-    if isinstance(scores, inference.InferenceFailed):
-      yield self.reject(record, rejected.INFERENCE_FAILED)
+    batch, answers = result.example, result.inference
+    for index in answers.failed:
+      yield self.reject(batch[index], rejected.INFERENCE_FAILED)
+    documents = answers.scored(batch)
+    if not documents:
       return
-    self.count_written()
-    self.count_label(SCORED, scores.label)
-    self.count_bin(CONFIDENCE, drift.confidence_bin(scores.confidence,
-                                                    self._edges))
-    columns = self._columns
-    columns[scored.ID].append(record[raw.ID])
-    columns[scored.LABEL].append(scores.label)
-    columns[scored.CONFIDENCE].append(scores.confidence)
-    columns[_PROBABILITIES].append(scores.probabilities)
-    columns[scored.SCORED_AT].append(scores.scored_at)
+    self._count(answers)
+    table = self._add(self._table(documents, answers), len(documents))
+    if table:
+      yield table
+
+  def _count(self, answers: inference.Answers) -> None:
+    self.count_written(len(answers.labels))
+    labels, counts = np.unique(answers.labels, return_counts=True)
+    for label, count in zip(labels.tolist(), counts.tolist()):
+      self.count_label(SCORED, label.decode('utf-8'), count)
+    bins = np.bincount(drift.confidence_bins(answers.confidences, self._edges))
+    for index, count in enumerate(bins.tolist()):
+      if count:
+        self.count_bin(CONFIDENCE, index, count)
+
+  def _table(self, documents: Sequence[Dict],
+             answers: inference.Answers) -> pa.Table:
+    count = len(documents)
+    columns = {
+        scored.ID: [record[raw.ID] for record in documents],
+        scored.LABEL: answers.labels,
+        scored.CONFIDENCE: answers.confidences,
+        scored.MODEL_VERSION: np.full(count, self._model_version, np.int64),
+        # One time a batch: when the model answered it.
+        scored.SCORED_AT: np.full(count, np.datetime64(
+            answers.scored_at.replace(tzinfo=None), 'us')),
+        **dict(zip(self._probability_columns, answers.probabilities.T)),
+    }
     for field, column in self._kept:
-      columns[column].append(record[raw.KEPT][field])
-    if len(columns[scored.ID]) >= self._rows_per_table:
-      yield self._table()
+      columns[column] = [record[raw.KEPT][field] for record in documents]
+    return pa.Table.from_arrays(
+        [pa.array(columns[field.name], type=field.type)
+         for field in self._schema], schema=self._schema)
 
-  def finish_bundle(self):
-    yield from super().finish_bundle()
-    if self._columns[scored.ID]:
-      yield GlobalWindows.windowed_value(self._table())
-
-  def _table(self) -> pa.Table:
-    columns, self._columns = self._columns, collections.defaultdict(list)
-    count = len(columns[scored.ID])
-    probabilities = np.array(columns.pop(_PROBABILITIES), np.float32).reshape(
-        count, len(self._probability_columns))
-    columns[scored.MODEL_VERSION] = np.full(count, self._model_version,
-                                            np.int64)
-    by_name = dict(zip(self._probability_columns, probabilities.T))
-    arrays = [pa.array(by_name[field.name] if field.name in by_name
-                       else columns[field.name], type=field.type)
-              for field in self._schema]
-    return pa.Table.from_arrays(arrays, schema=self._schema)
+  def _group(self, items: list) -> pa.Table:
+    # A chunk a batch: the Parquet writer still makes one row group of it.
+    return pa.concat_tables(items)
