@@ -258,8 +258,26 @@ class _RepeatedDigests(PackedDigests):
             (DUPLICATE, 'rows'): int(repeated.sum()) - len(repeated)}
 
 
+class _PackDigests(beam.DoFn):
+  """Records -> (bucket, their ids' digests packed), a pair a bucket a
+  bundle: one Beam element a bucket, not a Map's and a combine's an id,
+  which the scoring job paid for every document (BENCHMARKS.md, issue
+  21)."""
+
+  def start_bundle(self):
+    self._buckets = collections.defaultdict(bytearray)
+
+  def process(self, record):
+    bucket, digest = _bucketed_digest(record[raw.ID])
+    self._buckets[bucket] += digest
+
+  def finish_bundle(self):
+    for bucket, packed in self._buckets.items():
+      yield GlobalWindows.windowed_value((bucket, packed))
+
+
 class CountDuplicateIds(beam.PTransform):
-  """Ids -> the count dicts of those seen more than once (Tally's
+  """Records -> the count dicts of the ids seen more than once (Tally's
   duplicate_ids and duplicate_rows), for WriteCounts.
 
   Counting happens on the workers, as a combine per digest bucket: the
@@ -268,9 +286,10 @@ class CountDuplicateIds(beam.PTransform):
   packed digests take 16 bytes an id.
   """
 
-  def expand(self, ids):
-    return (ids
-            | 'Digests' >> beam.Map(_bucketed_digest)
+  def expand(self, records):
+    # PackedDigests adds packed digests to its accumulator as it adds one.
+    return (records
+            | 'Digests' >> beam.ParDo(_PackDigests())
             | 'RepeatedPerBucket' >> beam.CombinePerKey(_RepeatedDigests())
             | 'DuplicateCounts' >> beam.Values())
 

@@ -14,7 +14,6 @@ a rerun, so the same command can run every night.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
-import operator
 import posixpath
 import time
 
@@ -33,7 +32,6 @@ from pipeline.scoring import inference
 from pipeline.scoring import report
 from pipeline.scoring import rows
 from pipeline.scoring import settings as settings_lib
-from schemas import raw
 from schemas import rejected
 from schemas import scored
 from serving import length_groups
@@ -87,9 +85,7 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
   """Adds the scoring steps to ``pipeline``, writing under ``staging``."""
   read = pipeline | 'Read' >> readers.ReadRecords(settings.pattern,
                                                  settings.read_config)
-  duplicates = (read
-                | 'Ids' >> beam.Map(operator.itemgetter(raw.ID))
-                | 'Duplicates' >> records.CountDuplicateIds())
+  duplicates = read | 'Duplicates' >> records.CountDuplicateIds()
   checked = read | 'Validate' >> beam.ParDo(rows.Validate(
       settings.read_config.max_text_bytes, settings.kept_types,
       settings.batch_size)).with_outputs(

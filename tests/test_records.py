@@ -68,7 +68,7 @@ def test_count_duplicate_ids_counts_repeated_ids_and_their_extra_rows():
   ids = ['a', 'b', 'a', 'c', 'a', 'b', 'é', 'é'] + [f'd{i}' for i in range(500)]
   with TestPipeline() as pipeline:
     counts = (pipeline
-              | beam.Create(ids, reshuffle=False)
+              | beam.Create([{raw.ID: i} for i in ids], reshuffle=False)
               | records.CountDuplicateIds()
               | beam.CombineGlobally(records.SumCounts()))
     # a twice beyond its first, b and é once each.
