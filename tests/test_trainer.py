@@ -323,7 +323,8 @@ def test_padding_does_not_change_attention_or_pooling(mode):
 
 
 def test_prediction_does_not_depend_on_padded_length():
-  params = model_lib.ModelParams(embed_dim=8, num_heads=2, ff_dim=8,
+  params = model_lib.ModelParams(model='transformer', embed_dim=8,
+                                 num_heads=2, ff_dim=8,
                                  positions='sinusoidal', dropout=0.0,
                                  bigram_buckets=13)
   short = model_lib.build_model(50, 10, 3, params)
@@ -376,7 +377,8 @@ def test_token_dropout_hides_real_tokens_only_while_training():
 
 
 def test_model_saves_and_reloads_with_its_custom_layers(tmp_path):
-  params = model_lib.ModelParams(embed_dim=8, num_heads=2, ff_dim=8,
+  params = model_lib.ModelParams(model='transformer', embed_dim=8,
+                                 num_heads=2, ff_dim=8,
                                  num_layers=2, pooling='max',
                                  bigram_buckets=11, token_dropout=0.2)
   model = model_lib.build_model(30, 7, 4, params)
@@ -428,13 +430,12 @@ def test_the_defaults_choose_the_ngram_minimum_count_on_validation(
   assert training['epochs'] == training['ngram_epochs'] == (
       train.default_epochs(data.num_examples(raw.TRAIN), 16))
   choice = training['ngram_choice']
-  scores = {int(count): score for count, score in choice['validation'].items()}
-  tried = sorted(scores, reverse=True)
+  tried = [count for count, _ in choice['tried']]
   assert len(tried) >= 2
   assert tried == [count for count in train.MIN_COUNTS if count >= tried[-1]]
   # Largest count first; each next one tried while the one before improved
   # on validation; the last one tried is kept only if it improved too.
-  in_order = [scores[count] for count in tried]
+  in_order = [score for _, score in choice['tried']]
   assert all(later > earlier
              for earlier, later in zip(in_order[:-2], in_order[1:-1]))
   improved = in_order[-1] > in_order[-2]
@@ -648,8 +649,9 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
   # compilations: one train and one validation shape, as without buckets.
   metrics, export_dir = train.run([
       f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model',
-      '--epochs=2', '--batch_size=16', '--embed_dim=8', '--ff_dim=8',
-      '--learning_rate=0.005', '--seed=3', '--decay', '--warmup_fraction=0.25',
+      '--model=transformer', '--epochs=2', '--batch_size=16', '--embed_dim=8',
+      '--ff_dim=8', '--learning_rate=0.005', '--seed=3', '--decay',
+      '--warmup_fraction=0.25',
       '--weight_decay=0.01', '--clipnorm=1', '--monitor=val_accuracy',
       '--bucket_width=32'])
   _, metadata = exports.load(export_dir)

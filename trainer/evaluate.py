@@ -211,10 +211,9 @@ def choice_lines(selected_on: str, data_stats: Dict) -> List[str]:
 def ngram_choice_lines(selected_on: str, training: Dict) -> List[str]:
   """What the validation split chose of the n-gram branch, when it chose."""
   choice = training.get('ngram_choice')
-  if not choice or len(choice['validation']) < 2:
+  if not choice or len(choice['tried']) < 2:
     return []
-  tried = ', '.join(f'{count}: {score:.4f}'
-                    for count, score in choice['validation'].items())
+  tried = ', '.join(f'{count}: {score:.4f}' for count, score in choice['tried'])
   return ['', f'The {selected_on} split chose the n-gram branch\'s minimum '
           f'document count, {choice["ngram_min_count"]} (best '
           f'{training["monitor"]} of the branch alone, by count tried: '

@@ -369,8 +369,10 @@ def train(args, params: model_lib.ModelParams,
       histories[branch] = fit_branch(args, model, branch, fitting,
                                      (run.scratch, run.logs))
   fitted = calibration.calibrate(model, fitting.validation)
-  chosen = ngram_branch and {'ngram_min_count': ngram_branch.min_count,
-                             'validation': ngram_branch.scores}
+  chosen = ngram_branch and {
+      'ngram_min_count': ngram_branch.min_count,
+      # In the order tried: JSON objects lose it.
+      'tried': [[count, score] for count, score in ngram_branch.scores.items()]}
   return model, histories, time.time() - started, fitted, chosen
 
 
