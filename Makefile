@@ -1,5 +1,6 @@
 # make run  - set up .venv, fetch IMDB, run the three jobs end to end with
-#            the flags of configs/$(CONFIG) (make run CONFIG=imdb_best)
+#            their defaults, or the flags of configs/$(CONFIG)
+#            (make run CONFIG=imdb_seed)
 # make test - set up .venv, run the test suite
 # make test-airflow - set up .venv and .venv-airflow, run the example DAG
 #            under Airflow (examples/airflow)
@@ -11,8 +12,10 @@ PY := $(VENV)/bin/python
 SHARED_DATASETS := $(abspath ../shared/datasets)
 DATASET_CACHE ?= $(if $(wildcard $(SHARED_DATASETS)/SHA256SUMS),$(SHARED_DATASETS),$(abspath data/cache))
 DATA := data
-# An IMDB configuration under configs/: imdb_seed (a few minutes), imdb_best.
-CONFIG ?= imdb_seed
+# An IMDB configuration under configs/: imdb_seed (the keras.io model, a few
+# minutes), imdb_best; none: the jobs' defaults.
+CONFIG ?=
+CONFIG_ARGS = $(if $(CONFIG),@configs/$(CONFIG)/$(1).args)
 # IMDB's validation is held out by group, a label folder's block of 100 file
 # ids (pipeline.datasets.IMDB_GROUP_PATTERN): never in configs/, which hold
 # no corpus's split policy.
@@ -38,10 +41,10 @@ run: install
 	mkdir -p $(DATASET_CACHE)
 	$(PY) -m pipeline.datasets fetch imdb --dest $(DATA) --cache $(DATASET_CACHE)
 	$(PY) -m pipeline.preprocess --input=$(DATA)/aclImdb \
-	    --output_dir=$(OUT)/imdb/preprocessed @configs/$(CONFIG)/preprocess.args \
+	    --output_dir=$(OUT)/imdb/preprocessed $(call CONFIG_ARGS,preprocess) \
 	    '--group_pattern=$(IMDB_GROUP_PATTERN)'
 	$(PY) -m trainer.train --data_dir=$(OUT)/imdb/preprocessed \
-	    --model_dir=$(OUT)/imdb/model @configs/$(CONFIG)/train.args
+	    --model_dir=$(OUT)/imdb/model $(call CONFIG_ARGS,train)
 	$(PY) -m trainer.predict --model_dir=$(OUT)/imdb/model \
 	    "A moving, beautifully acted film." "Two hours I will never get back."
 	$(PY) -m pipeline.score --input=$(DATA)/aclImdb/test \

@@ -42,7 +42,8 @@ from common import argument_parser  # pylint: disable=wrong-import-position
 from common import machine  # pylint: disable=wrong-import-position
 from common import runner_flags  # pylint: disable=wrong-import-position
 from common import run_process  # pylint: disable=wrong-import-position
-from train import RUNS  # pylint: disable=wrong-import-position
+from train import config_arguments  # pylint: disable=wrong-import-position
+from train import corpus_flags  # pylint: disable=wrong-import-position
 
 from schemas import raw  # pylint: disable=wrong-import-position
 from schemas import scored  # pylint: disable=wrong-import-position
@@ -162,16 +163,18 @@ def check_same_outputs(baseline_file: str, partition: str) -> None:
       assert difference <= 1e-5, (column, difference)
 
 
-def seed_model(work: str, cache: str) -> str:
-  _, _, preprocess_flags, train_flags = RUNS['imdb_seed']
+def seed_model(work: str) -> str:
   data_dir = os.path.join(work, 'preprocessed')
   model_dir = os.path.join(work, 'model')
   python = sys.executable
   run_process([python, '-m', 'pipeline.preprocess',
                f'--input={os.path.join(work, "aclImdb")}',
-               f'--output_dir={data_dir}'] + preprocess_flags)
+               f'--output_dir={data_dir}',
+               *config_arguments('imdb_seed', 'preprocess'),
+               *corpus_flags('imdb')])
   run_process([python, '-m', 'trainer.train', f'--data_dir={data_dir}',
-               f'--model_dir={model_dir}'] + train_flags)
+               f'--model_dir={model_dir}',
+               *config_arguments('imdb_seed', 'train')])
   return model_dir
 
 
@@ -284,7 +287,7 @@ def main():
   print(f'machine: {machine()}', flush=True)
   run_process([python, '-m', 'pipeline.datasets', 'fetch', 'imdb', '--dest',
                work, '--cache', args.cache])
-  model_dir = args.model_dir or seed_model(work, args.cache)
+  model_dir = args.model_dir or seed_model(work)
   results = {}
   for size in (int(s) for s in args.docs.split(',')):
     pattern = write_corpus(os.path.join(work, 'aclImdb'),

@@ -1,20 +1,29 @@
-"""Benchmark: the trainer on IMDB, SpamAssassin and SMS, against TF-IDF.
+"""Benchmark: the trainer on IMDB, SpamAssassin, SMS and short or small
+corpora derived from IMDB, against TF-IDF.
 
-For each corpus: fetch it (from the dataset cache), run the preprocessing
-job, train with the trainer, and read the metrics the trainer computed by
-serving its export over the validation and test splits. In the same run,
+For each run (a configuration on a corpus): fetch the corpus (from the
+dataset cache), run the preprocessing job, train with the trainer, and read
+the metrics the trainer computed by serving its export over the validation
+and test splits. In the same run,
 the anchor: a TF-IDF bag-of-bigrams logistic regression (scikit-learn,
 ``bench/tfidf.py``, the ``bench`` extra) fitted on exactly the same train
 split, its C chosen on the same validation split, measured on the same test
 split.
 
 The flags of each run are those of ``configs/<name>/preprocess.args`` and
-``configs/<name>/train.args``, passed to the jobs as argument files.
+``configs/<name>/train.args``, passed to the jobs as argument files;
+``defaults`` is no flags at all, the jobs' own defaults. A run is named
+``configuration:corpus``; a configuration alone runs on its own corpus.
+Corpora derived from IMDB, written as JSONL beside it: ``imdb_sentences``,
+the first sentence of each review (about 20 words; the official split and
+the movie groups kept), and ``imdb_2k``, 2,000 reviews of the official train
+split with the whole official test split.
 
-    python bench/train.py [--only imdb_seed,imdb_best,spamassassin,sms]
+    python bench/train.py [--only imdb_seed,defaults:imdb_sentences,...]
 """
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -25,21 +34,52 @@ from common import run_process  # pylint: disable=wrong-import-position
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), 'configs')
-# name (a folder of configs/): (corpus, input below the corpus folder)
-RUNS = {
-    'imdb_seed': ('imdb', ''),
-    'imdb_best': ('imdb', ''),
+# The configuration of the jobs' defaults: no flags.
+DEFAULTS = 'defaults'
+# name: (dataset fetched, input below its folder); a derived corpus's input
+# is the JSONL file ``derive_corpus`` writes.
+CORPORA = {
+    'imdb': ('imdb', ''),
+    'imdb_sentences': ('imdb', 'imdb_sentences.jsonl'),
+    'imdb_2k': ('imdb', 'imdb_2k.jsonl'),
     'spamassassin': ('spamassassin', '*/*'),
     'sms': ('sms', 'sms.csv'),
 }
+# Each configuration of configs/ on its own corpus, then the defaults on
+# every corpus.
+OWN_CORPUS = {'imdb_seed': 'imdb', 'imdb_best': 'imdb',
+              'spamassassin': 'spamassassin', 'sms': 'sms'}
+RUNS = ([f'{name}:{corpus}' for name, corpus in OWN_CORPUS.items()] +
+        [f'{DEFAULTS}:{corpus}' for corpus in CORPORA])
+# Reviews of the official train split in imdb_2k, every n-th of them.
+SMALL_TRAIN = 2000
+# A sentence ends at . ! or ? and a space, once it holds 20 characters (not
+# at "Mr." or "D.").
+_SENTENCE = re.compile(r'\s*(.{20,}?[.!?])(?=\s|$)', re.DOTALL)
+_LINE_BREAK = re.compile(r'<br\s*/?>', re.IGNORECASE)
+
+
+def parse_run(run: str) -> tuple:
+  """(configuration, corpus) of ``configuration[:corpus]``."""
+  name, _, corpus = run.partition(':')
+  corpus = corpus or OWN_CORPUS.get(name)
+  if corpus not in CORPORA or (name != DEFAULTS and name not in OWN_CORPUS):
+    sys.exit(f'unknown run {run!r}: configuration:corpus, a configuration '
+             f'of {sorted(OWN_CORPUS) + [DEFAULTS]}, a corpus of '
+             f'{sorted(CORPORA)}')
+  return name, corpus
 
 
 def corpus_flags(corpus: str) -> list:
   """The preprocessing flags a corpus needs whatever the configuration:
-  IMDB's validation is held out by blocks of movies (README, Splits)."""
+  SpamAssassin's files are emails; IMDB's validation is held out by blocks
+  of movies (README, Splits); the derived corpora name each record's
+  split."""
   from pipeline import datasets  # pylint: disable=import-outside-toplevel
-  return ([f'--group_pattern={datasets.IMDB_GROUP_PATTERN}']
-          if corpus == 'imdb' else [])
+  if CORPORA[corpus][0] != 'imdb':
+    return ['--format=email'] if corpus == 'spamassassin' else []
+  named_split = ['--split_field=split'] if corpus != 'imdb' else []
+  return [f'--group_pattern={datasets.IMDB_GROUP_PATTERN}', *named_split]
 
 
 def config_file(name: str, job: str) -> str:
@@ -48,8 +88,46 @@ def config_file(name: str, job: str) -> str:
 
 def config_flags(name: str, job: str) -> list:
   """The flags of an argument file, one a line, as the job reads them."""
+  if name == DEFAULTS:
+    return []
   with open(config_file(name, job), encoding='utf-8') as handle:
     return handle.read().splitlines()
+
+
+def config_arguments(name: str, job: str) -> list:
+  """What a job's command line names of the configuration."""
+  return [] if name == DEFAULTS else [f'@{config_file(name, job)}']
+
+
+def first_sentence(text: str) -> str:
+  text = _LINE_BREAK.sub(' ', text)
+  match = _SENTENCE.match(text)
+  return ' '.join((match.group(1) if match else text).split())
+
+
+def derive_corpus(corpus: str, imdb_dir: str, path: str) -> None:
+  """Writes a corpus derived from IMDB as JSONL (id, text, label, split),
+  the id the review's path, so that IMDB's movie groups still apply."""
+  import glob  # pylint: disable=import-outside-toplevel
+  from pipeline import readers  # pylint: disable=import-outside-toplevel
+  from schemas import raw  # pylint: disable=import-outside-toplevel
+  config = readers.ReadConfig(format='files')
+  paths = sorted(glob.glob(os.path.join(imdb_dir, '*', '*', '*.txt')))
+  if corpus == 'imdb_2k':
+    train = [p for p in paths if f'{os.sep}train{os.sep}' in p]
+    step = len(train) // SMALL_TRAIN
+    paths = train[::step][:SMALL_TRAIN] + [
+        p for p in paths if f'{os.sep}test{os.sep}' in p]
+  with open(path + '.partial', 'w', encoding='utf-8') as out:
+    for review in paths:
+      record = readers.read_document(review, config, False)
+      text = record[raw.TEXT]
+      if corpus == 'imdb_sentences':
+        text = first_sentence(text)
+      out.write(json.dumps({'id': review, 'text': text,
+                            'label': record[raw.LABEL],
+                            'split': record[raw.SPLIT]}) + '\n')
+  os.replace(path + '.partial', path)
 
 
 def _split_policy(preprocess_flags: list) -> tuple:
@@ -72,15 +150,20 @@ def corpus_splits(corpus_dir: str, corpus: str, input_pattern: str,
   from pipeline.preprocessing import splits as splits_lib  # pylint: disable=import-outside-toplevel
   from schemas import raw  # pylint: disable=import-outside-toplevel
 
+  grouping = splits_lib.Grouping(pattern=policy[2])
   if corpus == 'sms':
     import csv  # pylint: disable=import-outside-toplevel
     with open(os.path.join(corpus_dir, input_pattern), encoding='utf-8') as f:
       rows = [(r['text'], r['label'], None, None) for r in csv.DictReader(f)]
+  elif input_pattern.endswith('.jsonl'):
+    with open(os.path.join(corpus_dir, input_pattern), encoding='utf-8') as f:
+      records = [json.loads(line) for line in f]
+    rows = [(r['text'], r['label'], r['split'],
+             grouping.group_of({raw.ID: r['id']})) for r in records]
   else:
     config = readers.ReadConfig(format='email' if corpus == 'spamassassin'
                                 else 'files')
     paths = glob.glob(os.path.join(corpus_dir, input_pattern or '*/*/*'))
-    grouping = splits_lib.Grouping(pattern=policy[2])
     rows = []
     for path in paths:
       record = readers.read_document(path, config, corpus == 'spamassassin')
@@ -105,45 +188,71 @@ def tfidf_baseline(splits: dict) -> dict:
                         splits[raw.TEST])
 
 
+def prepare_corpus(corpus: str, work: str, cache: str) -> tuple:
+  """(corpus folder, input below it): fetched, and derived where the
+  corpus is derived."""
+  dataset, pattern = CORPORA[corpus]
+  run_process([sys.executable, '-m', 'pipeline.datasets', 'fetch', dataset,
+               '--dest', work, '--cache', cache])
+  corpus_dir = os.path.join(work, {'imdb': 'aclImdb'}.get(dataset, dataset))
+  if pattern.endswith('.jsonl'):
+    derived = os.path.join(work, 'derived')
+    os.makedirs(derived, exist_ok=True)
+    if not os.path.exists(os.path.join(derived, pattern)):
+      derive_corpus(corpus, corpus_dir, os.path.join(derived, pattern))
+    corpus_dir = derived
+  return corpus_dir, pattern
+
+
+def train_run(name: str, corpus: str, corpus_dir: str, pattern: str,
+              run_dir: str, seed: int = None) -> dict:
+  """Preprocesses the corpus and trains with configuration ``name``; the
+  trainer's figures."""
+  python = sys.executable
+  data_dir = os.path.join(run_dir, 'preprocessed')
+  model_dir = os.path.join(run_dir, 'model')
+  run_process([python, '-m', 'pipeline.preprocess',
+               f'--input={os.path.join(corpus_dir, pattern)}'.rstrip('/'),
+               f'--output_dir={data_dir}', '--overwrite',
+               *config_arguments(name, 'preprocess'), *corpus_flags(corpus)])
+  wall, peak = run_process([python, '-m', 'trainer.train',
+                            f'--data_dir={data_dir}',
+                            f'--model_dir={model_dir}',
+                            *config_arguments(name, 'train'),
+                            *([f'--seed={seed}'] if seed is not None else [])])
+  with open(os.path.join(model_dir, 'metrics.json')) as handle:
+    metrics = json.load(handle)
+  exported = os.path.join(model_dir, 'export')
+  with open(os.path.join(exported, sorted(os.listdir(exported))[-1],
+                         'assets.extra', 'metadata.json')) as handle:
+    training = json.load(handle)['training']
+  test = metrics['test']
+  ours = {'selected_on': metrics['selected_on'],
+          'validation_accuracy': metrics['validation']['accuracy'],
+          'accuracy': test['accuracy'], 'macro_f1': test['macro_f1'],
+          'epochs_run': training['epochs_run'],
+          'training_s': training['training_seconds'],
+          'job_wall_s': round(wall, 1), 'peak_mib': round(peak)}
+  if 'spam' in test['per_class']:
+    ours['spam_f1'] = test['per_class']['spam']['f1']
+  return ours
+
+
 def main():
   parser = argument_parser(__doc__.split('\n\n')[0])
-  parser.add_argument('--only', default=','.join(RUNS))
+  parser.add_argument('--only', default=','.join(RUNS),
+                      help='Runs, configuration[:corpus], comma-separated.')
+  parser.add_argument('--seed', type=int, default=None,
+                      help='The trainer\'s --seed, for a repeat of a run.')
   args = parser.parse_args()
+  runs = [parse_run(run) for run in args.only.split(',')]
   work = args.work or tempfile.mkdtemp(prefix='bench-train-')
-  python = sys.executable
   print(f'machine: {machine()}', flush=True)
   results, baselines = {}, {}
-  for name in args.only.split(','):
-    corpus, pattern = RUNS[name]
-    run_process([python, '-m', 'pipeline.datasets', 'fetch', corpus, '--dest',
-                 work, '--cache', args.cache])
-    corpus_dir = os.path.join(work, {'imdb': 'aclImdb'}.get(corpus, corpus))
-    data_dir = os.path.join(work, 'runs', name, 'preprocessed')
-    model_dir = os.path.join(work, 'runs', name, 'model')
-    run_process([python, '-m', 'pipeline.preprocess',
-                 f'--input={os.path.join(corpus_dir, pattern)}'.rstrip('/'),
-                 f'--output_dir={data_dir}',
-                 f'@{config_file(name, "preprocess")}',
-                 *corpus_flags(corpus)])
-    wall, peak = run_process([python, '-m', 'trainer.train',
-                              f'--data_dir={data_dir}',
-                              f'--model_dir={model_dir}',
-                              f'@{config_file(name, "train")}'])
-    with open(os.path.join(model_dir, 'metrics.json')) as handle:
-      metrics = json.load(handle)
-    exported = os.path.join(model_dir, 'export')
-    with open(os.path.join(exported, sorted(os.listdir(exported))[-1],
-                           'assets.extra', 'metadata.json')) as handle:
-      training = json.load(handle)['training']
-    test = metrics['test']
-    ours = {'selected_on': metrics['selected_on'],
-            'validation_accuracy': metrics['validation']['accuracy'],
-            'accuracy': test['accuracy'], 'macro_f1': test['macro_f1'],
-            'epochs_run': training['epochs_run'],
-            'training_s': training['training_seconds'],
-            'job_wall_s': round(wall, 1), 'peak_mib': round(peak)}
-    if 'spam' in test['per_class']:
-      ours['spam_f1'] = test['per_class']['spam']['f1']
+  for name, corpus in runs:
+    corpus_dir, pattern = prepare_corpus(corpus, work, args.cache)
+    ours = train_run(name, corpus, corpus_dir, pattern,
+                     os.path.join(work, 'runs', f'{name}-{corpus}'), args.seed)
     preprocess_flags = config_flags(name, 'preprocess') + corpus_flags(corpus)
     # Configurations of one corpus with the same split policy share their
     # splits, and so the baseline: fitted once.
@@ -151,10 +260,11 @@ def main():
     if split_key not in baselines:
       baselines[split_key] = tfidf_baseline(
           corpus_splits(corpus_dir, *split_key))
-    results[name] = {'preprocess': preprocess_flags,
-                     'train': config_flags(name, 'train'), 'ours': ours,
-                     'tfidf_bigram_lr': baselines[split_key]}
-    print(name, json.dumps(results[name]), flush=True)
+    results[f'{name}:{corpus}'] = {
+        'preprocess': preprocess_flags, 'train': config_flags(name, 'train'),
+        'ours': ours, 'tfidf_bigram_lr': baselines[split_key]}
+    print(f'{name}:{corpus}', json.dumps(results[f'{name}:{corpus}']),
+          flush=True)
   print(json.dumps(results, indent=2))
 
 

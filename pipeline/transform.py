@@ -43,14 +43,18 @@ def truncate(tokens: tf.RaggedTensor, max_len: int,
 @dataclasses.dataclass(frozen=True)
 class TransformParams:
   """Parameters of the transform graph, saved beside it for the later jobs."""
-  vocab_size: int = 20000       # includes the padding and OOV ids
+  # The defaults keep (almost) everything: the n-gram branch gains from
+  # rare tokens, long documents and punctuation ("!", "?", ":)"), and the
+  # trainer cuts its transformer's view itself (--transformer_vocab,
+  # --transformer_len); configs/imdb_seed spells out the keras.io sizes.
+  vocab_size: int = 200000      # includes the padding and OOV ids
   min_frequency: int = 1        # tokens seen fewer times in train become OOV
-  max_len: int = 200            # tokens kept per document
+  max_len: int = 1024           # tokens kept per document
   max_token_chars: int = 50     # longer tokens are cut to this many characters
   truncation: str = 'head_tail'  # which tokens of a long document to keep
   # Punctuation and symbols as tokens of their own, or dropped: dropping
   # them lets max_len tokens cover more words.
-  keep_punctuation: bool = False
+  keep_punctuation: bool = True
 
   def __post_init__(self):
     if self.vocab_size <= transformed.NUM_RESERVED_IDS:

@@ -7,6 +7,7 @@ import pytest
 from pipeline import preprocess
 from pipeline import score
 from tests.conftest import REPO
+from trainer import model as model_lib
 from trainer import train
 
 CONFIGS = REPO / 'configs'
@@ -63,11 +64,20 @@ def test_every_configuration_is_a_valid_flag_set(name, job):
     train.model_params(args)  # a ValueError for values the model refuses
 
 
-@pytest.mark.parametrize('job', ['preprocess', 'train'])
-def test_the_defaults_are_the_seed_configuration(job):
-  # What a new user gets with no flags is what imdb_seed measured.
-  assert vars(parse(job, REQUIRED[job])) == vars(parse(job, [
-      *REQUIRED[job], f'@{CONFIGS / "imdb_seed" / f"{job}.args"}']))
+def test_the_defaults_are_the_hybrid_and_imdb_seed_the_keras_io_model():
+  defaults = train.model_params(parse('train', REQUIRED['train']))
+  assert (defaults.model, defaults.ngram_min_count) == ('hybrid', 0)
+  assert parse('train', REQUIRED['train']).epochs is None  # from the data
+  # imdb_seed stays the keras.io model whatever the defaults.
+  seed = parse('train', [*REQUIRED['train'],
+                         f'@{CONFIGS / "imdb_seed" / "train.args"}'])
+  assert train.model_params(seed) == model_lib.ModelParams(
+      model='transformer', transformer_vocab=0, transformer_len=0)
+  assert (seed.epochs, seed.monitor, seed.bucket_width) == (2, 'val_loss', 0)
+  seed = parse('preprocess', [*REQUIRED['preprocess'],
+                              f'@{CONFIGS / "imdb_seed" / "preprocess.args"}'])
+  assert (seed.vocab_size, seed.max_len, seed.drop_punctuation) == (
+      20000, 200, True)
 
 
 def test_the_training_benchmark_runs_every_configuration():
@@ -75,6 +85,8 @@ def test_the_training_benchmark_runs_every_configuration():
                                                 REPO / 'bench' / 'train.py')
   bench = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(bench)
-  assert sorted(bench.RUNS) == NAMES
+  assert {run.split(':')[0] for run in bench.RUNS} == {*NAMES, bench.DEFAULTS}
+  assert {f'{bench.DEFAULTS}:{corpus}' for corpus in bench.CORPORA} <= set(
+      bench.RUNS)
   assert bench.config_flags('sms', 'train') == (
       CONFIGS / 'sms' / 'train.args').read_text().splitlines()

@@ -147,7 +147,8 @@ def hybrid(tmp_path_factory):
       '--ngram_min_count=1', '--transformer_vocab=20', '--seed=3'])
   data = data_lib.PreprocessedData.load(str(data_dir))
   run = runs.Run(args.model_dir)
-  model, _, _, fitted = train.train(args, train.model_params(args), data, run)
+  model, _, _, fitted, _ = train.train(args, train.model_params(args), data,
+                                       run)
   export.save(model, data.tft_output, data.label_names, run.export,
               {'calibration': fitted})
   export_dir = run.export

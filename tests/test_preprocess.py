@@ -221,7 +221,7 @@ def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
   assert params['transform'] == {'vocab_size': 6, 'min_frequency': 1,
                                  'max_len': 6, 'max_token_chars': 50,
                                  'truncation': 'head_tail',
-                                 'keep_punctuation': False}
+                                 'keep_punctuation': True}
   assert params['test_fraction'] is None  # the data names the splits
   assert params['validation_fraction'] == 0.0
   assert params['read_config']['format'] == 'jsonl'

@@ -34,7 +34,8 @@ from trainer import predict
 from trainer import train
 
 # Flags of a small, fast training run.
-TINY_MODEL = ['--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--epochs=2']
+TINY_MODEL = ['--model=transformer', '--batch_size=16', '--embed_dim=8',
+              '--ff_dim=8', '--epochs=2']
 
 
 def preprocess_rows(folder, rows, *flags):
@@ -322,7 +323,8 @@ def test_padding_does_not_change_attention_or_pooling(mode):
 
 
 def test_prediction_does_not_depend_on_padded_length():
-  params = model_lib.ModelParams(embed_dim=8, num_heads=2, ff_dim=8,
+  params = model_lib.ModelParams(model='transformer', embed_dim=8,
+                                 num_heads=2, ff_dim=8,
                                  positions='sinusoidal', dropout=0.0,
                                  bigram_buckets=13)
   short = model_lib.build_model(50, 10, 3, params)
@@ -375,7 +377,8 @@ def test_token_dropout_hides_real_tokens_only_while_training():
 
 
 def test_model_saves_and_reloads_with_its_custom_layers(tmp_path):
-  params = model_lib.ModelParams(embed_dim=8, num_heads=2, ff_dim=8,
+  params = model_lib.ModelParams(model='transformer', embed_dim=8,
+                                 num_heads=2, ff_dim=8,
                                  num_layers=2, pooling='max',
                                  bigram_buckets=11, token_dropout=0.2)
   model = model_lib.build_model(30, 7, 4, params)
@@ -406,6 +409,45 @@ def test_length_buckets_cut_padding_only_and_keep_every_example():
   assert sorted(seen) == list(range(50))
 
 
+@pytest.mark.parametrize('train_examples, epochs', [
+    (22_700, 2),    # IMDB's train split less validation
+    (3_400, 14),    # SMS's
+    (1_800, 20),    # 2,000 documents: at most MAX_EPOCHS
+    (10**7, 2),     # a large corpus: at least MIN_EPOCHS
+])
+def test_default_epochs_make_about_the_target_steps(train_examples, epochs):
+  assert train.default_epochs(train_examples, 32) == epochs
+
+
+def test_the_defaults_choose_the_ngram_minimum_count_on_validation(
+    synthetic_preprocessed, tmp_path):
+  metrics, export_dir = train.run([
+      f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
+      '--batch_size=16', '--embed_dim=8', '--ff_dim=8'])
+  training = exports.read_metadata(export_dir)['training']
+  assert training['model'] == 'hybrid'
+  data = data_lib.PreprocessedData.load(str(synthetic_preprocessed))
+  assert training['epochs'] == training['ngram_epochs'] == (
+      train.default_epochs(data.num_examples(raw.TRAIN), 16))
+  choice = training['ngram_choice']
+  tried = [count for count, _ in choice['tried']]
+  assert len(tried) >= 2
+  assert tried == [count for count in train.MIN_COUNTS if count >= tried[-1]]
+  # Largest count first; each next one tried while the one before improved
+  # on validation; the last one tried is kept only if it improved too.
+  in_order = [score for _, score in choice['tried']]
+  assert all(later > earlier
+             for earlier, later in zip(in_order[:-2], in_order[1:-1]))
+  improved = in_order[-1] > in_order[-2]
+  if improved:  # then only because no lower count was left
+    assert tried[-1] == train.MIN_COUNTS[-1]
+  assert choice['ngram_min_count'] == (tried[-1] if improved else tried[-2])
+  report = (tmp_path / evaluate.REPORT_FILE).read_text()
+  assert ("The validation split chose the n-gram branch's minimum document "
+          f"count, {choice['ngram_min_count']} ") in report
+  assert metrics[raw.TEST]['accuracy'] > 0.9
+
+
 def test_model_params_are_validated():
   with pytest.raises(ValueError):
     model_lib.ModelParams(pooling='sum')
@@ -414,13 +456,14 @@ def test_model_params_are_validated():
 
 
 def test_seed_model_attention_is_the_keras_io_one():
-  model = model_lib.build_model(100, 12, 2, model_lib.ModelParams())
+  model = model_lib.build_model(100, 12, 2, model_lib.ModelParams(
+      model='transformer'))
   attention = model.get_layer('transformer_0').attention
   # keras.io: MultiHeadAttention(num_heads=2, key_dim=embed_dim).
   assert (attention.num_heads, attention.key_dim) == (2, 32)
   assert tuple(attention.output_dense.kernel.shape) == (2, 32, 32)
   narrow = model_lib.build_model(100, 12, 2, model_lib.ModelParams(
-      embed_dim=10, num_heads=3, key_dim=4))
+      model='transformer', embed_dim=10, num_heads=3, key_dim=4))
   assert narrow.get_layer('transformer_0').attention.key_dim == 4
   assert tuple(narrow.output.shape) == (None, 2)
 
@@ -606,8 +649,9 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
   # compilations: one train and one validation shape, as without buckets.
   metrics, export_dir = train.run([
       f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model',
-      '--epochs=2', '--batch_size=16', '--embed_dim=8', '--ff_dim=8',
-      '--learning_rate=0.005', '--seed=3', '--decay', '--warmup_fraction=0.25',
+      '--model=transformer', '--epochs=2', '--batch_size=16', '--embed_dim=8',
+      '--ff_dim=8', '--learning_rate=0.005', '--seed=3', '--decay',
+      '--warmup_fraction=0.25',
       '--weight_decay=0.01', '--clipnorm=1', '--monitor=val_accuracy',
       '--bucket_width=32'])
   _, metadata = exports.load(export_dir)

@@ -208,6 +208,18 @@ def choice_lines(selected_on: str, data_stats: Dict) -> List[str]:
           f'records: {_chosen_by(splits, raw.TEST)}.']
 
 
+def ngram_choice_lines(selected_on: str, training: Dict) -> List[str]:
+  """What the validation split chose of the n-gram branch, when it chose."""
+  choice = training.get('ngram_choice')
+  if not choice or len(choice['tried']) < 2:
+    return []
+  tried = ', '.join(f'{count}: {score:.4f}' for count, score in choice['tried'])
+  return ['', f'The {selected_on} split chose the n-gram branch\'s minimum '
+          f'document count, {choice["ngram_min_count"]} (best '
+          f'{training["monitor"]} of the branch alone, by count tried: '
+          f'{tried}).']
+
+
 def _split_lines(section: Dict, split: str) -> List[str]:
   lines = ['', f'## {split.capitalize()}', '',
            '| class | precision | recall | F1 | support |',
@@ -246,6 +258,7 @@ def write_report(model_dir: str, evaluation: Evaluation,
       f'Export version {metadata["version"]}, evaluated through its raw-text '
       'signature.', '',
       *choice_lines(metrics['selected_on'], metadata.get('data_stats', {})),
+      *ngram_choice_lines(metrics['selected_on'], metadata.get('training', {})),
       '', *_summary_lines(metrics)]
   for split in raw.HELD_OUT:
     _plot_confusion(metrics[split], split,

@@ -122,10 +122,17 @@ class Vocabulary:
     counts = np.bincount(
         inverse.reshape(-1) * num_classes + np.concatenate(labels),
         minlength=len(keys) * num_classes).reshape(len(keys), num_classes)
-    kept = counts.sum(axis=1) >= min_count
+    return cls(keys, counts, np.zeros(counts.shape, np.float32)).at_least(
+        min_count, alpha)
+
+  def at_least(self, min_count: int, alpha: float = 1.0) -> 'Vocabulary':
+    """The n-grams in at least ``min_count`` training documents, their
+    ratios computed among them; ValueError when there is none."""
+    kept = self.counts.sum(axis=1) >= min_count
     if not kept.any():
       raise ValueError(f'no n-gram is in {min_count} training documents')
-    return cls(keys[kept], counts[kept], log_count_ratios(counts[kept], alpha))
+    return Vocabulary(self.keys[kept], self.counts[kept],
+                      log_count_ratios(self.counts[kept], alpha))
 
 
 def _flat_fingerprints(token_ids, labels, max_order):
