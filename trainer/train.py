@@ -350,7 +350,8 @@ def train(args, params: model_lib.ModelParams,
   started = time.time()
   ngram_branch = None
   if model_lib.NGRAM_LOGITS in params.branches:
-    # The hybrid's n-gram branch writes beside, not over, the transformer's.
+    # The hybrid's n-gram branch, and each count a search tries, write
+    # beside, not over, the run's own files.
     base = ((run.scratch, run.logs) if params.model == 'nbsvm' and
             params.ngram_min_count else
             tuple(posixpath.join(folder, model_lib.NGRAM_LOGITS)
