@@ -205,6 +205,20 @@ def test_nan_loss_is_a_job_error_and_nothing_is_exported(preprocessed,
   assert not (tmp_path / 'model' / serving.EXPORT_DIR).exists()
 
 
+def test_a_corpus_without_a_shared_ngram_fails_the_default_model(tmp_path):
+  # Every document's words are its own: the search on validation finds no
+  # n-gram in two training documents, and says what would train.
+  rows = [{'id': str(i), 'text': f'w{i} x{i}', 'label': 'ab'[i % 2],
+           'split': 'train' if i < 40 else ('validation' if i < 50 else 'test')}
+          for i in range(60)]
+  preprocessed = preprocess_rows(tmp_path, rows)
+  with pytest.raises(cli.JobError, match=(
+      'no n-gram is in 2 training documents: try --model=transformer or '
+      '--ngram_min_count=1')):
+    train.run([f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model'])
+  assert not (tmp_path / 'model' / serving.EXPORT_DIR).exists()
+
+
 @pytest.mark.parametrize('make_rows, validation_fraction, message', [
     (lambda: [row for row in synthetic_reviews(20, 0) + synthetic_reviews(
         8, 1) if row['label'] == 'pos'], 0.5, 'at least two classes'),

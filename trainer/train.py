@@ -336,7 +336,7 @@ def fit_ngram_branch(args, params: model_lib.ModelParams,
         model_lib.NGRAM_LOGITS).get_weights(), history, min_count, scores)
   if chosen is None:
     raise cli.JobError(f'no n-gram is in {counts[-1]} training documents: '
-                       'try --model=transformer or a lower --ngram_min_count')
+                       'try --model=transformer or --ngram_min_count=1')
   return chosen
 
 
