@@ -12,8 +12,8 @@ its own, so that peak memory is measured apart:
   loop over the same texts, in batches of 256 (--baseline_batch_size), in
   one process, writing the same Parquet rows;
 - ours: ``python -m pipeline.score`` with its default flags (batches of
-  2,048 documents grouped by length) and runner (FnApiRunner),
-  in memory and, with --modes, in multi_processing mode with a worker per
+  ``pipeline.score.BATCH_SIZE`` documents grouped by length) and runner
+  (FnApiRunner), in memory and, with --modes, in multi_processing mode with a worker per
   core, or on a dask.distributed cluster on 127.0.0.1 (a scheduler and a
   single-threaded worker process per core, or --dask_workers, started and
   with our modules imported before the timing; the peak memory of its
@@ -123,8 +123,6 @@ def model_alone(pattern: str, model_dir: str, docs: int,
   from pipeline import score
   from pipeline.scoring import inference
   from serving import length_groups
-  batch_size = score.parse_args(['--input=-', '--model_dir=-',
-                                 '--output_dir=-'])[0].batch_size
   texts = []
   for path in sorted(glob.glob(pattern)):
     with open(path, encoding='utf-8') as handle:
@@ -133,8 +131,8 @@ def model_alone(pattern: str, model_dir: str, docs: int,
   # The XLA flags as the job's model handler sets them.
   inference.RawTextModelHandler(model_dir).set_environment_vars()
   model, _ = length_groups.load(model_dir)
-  batches = [texts[start:start + batch_size]
-             for start in range(0, len(texts), batch_size)]
+  batches = [texts[start:start + score.BATCH_SIZE]
+             for start in range(0, len(texts), score.BATCH_SIZE)]
   model(batches[0])  # warm
   started = time.perf_counter()
   for batch in batches:

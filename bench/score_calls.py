@@ -3,10 +3,10 @@ scoring job's length-grouped calls, by call size.
 
 In one process, on the same IMDB reviews held in memory (no reading, no
 writing): ``serving_default`` in batches of each ``--baseline_sizes``, and
-``serving.length_groups.LengthGroupedModel`` on batches of 2,048 documents
-in calls of each ``--call_rows``. Each is run once untimed (XLA compiles its
-lengths then), then timed ``--repeats`` times; the best time counts. The
-ratio is against the fastest ``serving_default`` batch size: the plain
+``serving.length_groups.LengthGroupedModel`` on batches of the scoring job's
+size (``pipeline.score.BATCH_SIZE``) in calls of each ``--call_rows``. Each
+is run once untimed (XLA compiles its lengths then), then timed
+``--repeats`` times; the best time counts. The ratio is against the fastest ``serving_default`` batch size: the plain
 loop's strongest setting, where ``bench/score.py`` uses the usual 256.
 
     python bench/score_calls.py --model_dir=DIR [--docs=8192]
@@ -51,6 +51,7 @@ def main():
                '--dest', work, '--cache', args.cache])
   # Imported here, after the fetch: TensorFlow loads once, in this process.
   # pylint: disable=import-outside-toplevel
+  from pipeline import score
   from pipeline.scoring import inference
   from schemas import serving
   from serving import exports
@@ -74,7 +75,7 @@ def main():
     model = length_groups.LengthGroupedModel(
         signature, metadata['label_names'], call_rows=rows,
         threads=args.threads)
-    rates[f'grouped, calls of {rows}'] = best_rate(model, texts, 2048,
+    rates[f'grouped, calls of {rows}'] = best_rate(model, texts, score.BATCH_SIZE,
                                                    args.repeats)
   for name, rate in rates.items():
     print(f'{name}: {rate:.0f} docs/s, {rate / strongest:.2f}x the fastest '

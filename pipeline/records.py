@@ -72,8 +72,10 @@ def check_record(record: Dict, max_text_bytes: int,
   text = record[raw.TEXT]
   if not text.strip():
     return rejected.EMPTY_TEXT
-  if len(text) > max_text_bytes or len(
-      text.encode('utf-8', 'replace')) > max_text_bytes:
+  # A character is at most 4 bytes of UTF-8: most texts fit without being
+  # encoded to find out.
+  if len(text) > max_text_bytes or (len(text) * 4 > max_text_bytes and len(
+      text.encode('utf-8', 'replace')) > max_text_bytes):
     return rejected.TEXT_TOO_LONG
   if not has_visible_text(text):
     return rejected.EMPTY_TEXT

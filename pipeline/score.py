@@ -40,6 +40,10 @@ _CODECS = ('zstd', 'snappy', 'gzip', 'none')
 # Documents a row group of the output: tens of MB, which read well in
 # DuckDB, Spark and BigQuery without making every worker hold much.
 _ROWS_PER_GROUP = 100_000
+# Documents a model step: more make the runs of similar lengths longer and
+# the model's threads idle less often between batches, at the cost of
+# holding more of them.
+BATCH_SIZE = 4096
 # Everything a partition holds; anything else staged is not published, and
 # no file of it may match the input pattern.
 LAYOUT = outputs.Layout(
@@ -68,9 +72,8 @@ def parse_args(argv):
                       help='Comma-separated input fields copied to each '
                       'output row with their types; field:column names the '
                       'column, e.g. label:true_label.')
-  # More documents a batch make the runs of similar lengths longer, at the
-  # cost of holding more of them.
-  parser.add_argument('--batch_size', type=flags.integer(1), default=2048,
+  parser.add_argument('--batch_size', type=flags.integer(1),
+                      default=BATCH_SIZE,
                       help='Documents handed to the model together: sorted '
                       'by length into model calls of '
                       f'{length_groups.CALL_ROWS} '

@@ -5,8 +5,9 @@ paths, taken literally, and any other path it matches (a dangling symbolic
 link, a FIFO, a folder) is an unreadable_file dead letter. Each format is a
 Beam ``FileBasedSource`` (``sources``) whose files are read as byte ranges
 (``ranges``), so that large files are read in parallel and many small files
-spread over the workers; folders of documents are read one file a document
-(``documents``). Every record is a dict keyed by ``schemas.raw`` names. A
+spread over the workers, each range parsed on a thread of its own ahead
+of the steps that take its records (``read_ahead``); folders of documents
+are read one file a document (``documents``). Every record is a dict keyed by ``schemas.raw`` names. A
 record the reader cannot parse is still yielded, with ``reason`` set
 (``rows.rejection``), so that the job can count it and send it to the dead
 letters: readers never drop and never raise, whatever a record or a file
@@ -23,6 +24,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from pipeline.readers import documents
 from pipeline.readers import matching
 from pipeline.readers import ranges
+from pipeline.readers import read_ahead
 from pipeline.readers import sources
 from pipeline.readers.config import FORMATS
 from pipeline.readers.config import ReadConfig
@@ -84,4 +86,10 @@ class ReadRecords(beam.PTransform):
                                        _DESIRED_SPLIT_BYTES)
             | 'Spread' >> beam.Reshuffle()
             | 'ReadRanges' >> beam.FlatMap(
-                ranges.read, sources.source_factory(self._fmt, self._config)))
+                _read_range_ahead,
+                sources.source_factory(self._fmt, self._config)))
+
+
+def _read_range_ahead(file_range: ranges.FileRange, source_from_file):
+  """A range's records, parsed on a reading thread (``read_ahead``)."""
+  return read_ahead.read_ahead(ranges.read(file_range, source_from_file))

@@ -25,7 +25,7 @@ def reason_of(record: Dict, max_text_bytes: int, kept_types) -> Optional[str]:
   """Why the job cannot score a record read, or None when it can:
   ``Validate``'s check, and the launcher's before the pipeline starts."""
   reason = records.check_record(record, max_text_bytes, require_label=False)
-  if not reason and not all(
+  if not reason and kept_types and not all(
       kept_fields.conforms(record[raw.KEPT][name], arrow_type)
       for name, arrow_type in kept_types):
     reason = rejected.WRONG_TYPE
