@@ -26,12 +26,21 @@ leaves a cluster idle; this runner closes them and keeps everything else
 - Reshuffle is an identity, so a job that starts from one file pattern reads
   everything in one partition, on one worker. Here Reshuffle re-chunks its
   input over the cluster's worker threads (or ``--dask_npartitions``).
+
+And where Beam's DaskRunner makes each ParDo a dask task of its own, whose
+output for a whole partition is held as one list and pickled to whichever
+worker runs the next task, this runner fuses a chain of ParDos into one task
+a partition, as Beam's workers fuse a stage: an element passes from step to
+step as it is emitted. Only what a GroupByKey, Flatten, Reshuffle or side
+input reads leaves a stage, and what nothing reads is dropped on the workers
+rather than gathered to the client.
 """
 import collections
 import dataclasses
 import functools
 import itertools
 import logging
+import operator
 import threading
 import typing as t
 import uuid
@@ -70,6 +79,7 @@ from apache_beam.pipeline import PipelineVisitor
 from apache_beam.runners.common import DoFnContext
 from apache_beam.runners.common import DoFnInvoker
 from apache_beam.runners.common import DoFnSignature
+from apache_beam.runners.common import Receiver
 from apache_beam.runners.common import _OutputHandler
 from apache_beam.runners.dask import dask_runner
 from apache_beam.runners.dask import overrides
@@ -148,83 +158,143 @@ def _side_input_maps(spec: _BundleSpec, side_values):
           spec.side_views, side_values)]
 
 
-def _run_bundle(spec: _BundleSpec, items, *side_values):
-  """One dask partition as one Beam bundle, finish_bundle's outputs kept.
+@dataclasses.dataclass(frozen=True)
+class _Step:
+  """One ParDo of a fused stage, and where each of its outputs goes."""
+  bundle: _BundleSpec
+  # (tag, indices of the stage's steps that read the output, index of the
+  # output's list in the task's result or None) for each output; the tag
+  # is None for the main output.
+  routes: t.Tuple
 
-  ``side_values`` are the side inputs' whole contents: dask computes them as
-  dependencies of this task, in the same graph, instead of each bundle
-  computing their lineage again.
-  """
-  reused = _POOL.take(spec)
-  fn, args, kwargs = reused or pickler.loads(spec.pickled_fn)
-  receivers = transform_evaluator.OneReceiver()
+
+@dataclasses.dataclass(frozen=True)
+class _StageSpec:
+  """The steps of a stage in the pipeline's order, each after those it
+  reads, and how many outputs its task returns."""
+  steps: t.Tuple[_Step, ...]
+  kept: int
+
+
+class _Fanout(Receiver):
+  """An output of a step: each element goes on to the steps of the stage
+  that read it as it is emitted, and is kept for the tasks outside the
+  stage that read it."""
+
+  def __init__(self, invokers, kept):
+    self._invokers = invokers
+    self._kept = kept
+
+  def receive(self, windowed_value):
+    for invoker in self._invokers:
+      invoker.invoke_process(windowed_value)
+    if self._kept is not None:
+      # Windows are not kept between stages (as in Beam's DaskRunner): the
+      # jobs are batch jobs in the global window.
+      self._kept.append(windowed_value.value)
+
+
+_DROPPED = _Fanout((), None)
+
+
+class _Tagged(dict):
+  """A step's tagged receivers: what it emits under a tag it did not
+  declare goes nowhere, as no PCollection holds it."""
+
+  def __missing__(self, tag):
+    return _DROPPED
+
+
+def _invoker(bundle: _BundleSpec, receivers, side_values):
+  """An invoker of the bundle's DoFn, set up once a worker process (the
+  DoFn comes from _POOL where one is idle), and the DoFn with its
+  arguments, for _POOL once the bundle is over."""
+  reused = _POOL.take(bundle)
+  fn, args, kwargs = reused or pickler.loads(bundle.pickled_fn)
+  tagged = _Tagged((tag, receiver) for tag, receiver in receivers.items()
+                   if tag is not None)
   invoker = DoFnInvoker.create_invoker(
       DoFnSignature(fn),
       _OutputHandler(
-          window_fn=spec.window_fn,
-          main_receivers=receivers[None],
-          tagged_receivers=receivers,
+          window_fn=bundle.window_fn,
+          main_receivers=receivers.get(None, _DROPPED),
+          tagged_receivers=tagged,
           per_element_output_counter=None,
           output_batch_converter=None,
           process_yields_batches=False,
           process_batch_yields_elements=False),
-      context=DoFnContext(spec.label, state=None),
-      side_inputs=_side_input_maps(spec, side_values) or None,
+      context=DoFnContext(bundle.label, state=None),
+      side_inputs=_side_input_maps(bundle, side_values) or None,
       input_args=list(args),
       input_kwargs=kwargs,
       user_state_context=None,
       bundle_finalizer_param=DoFn.BundleFinalizerParam())
   if not reused:
     invoker.invoke_setup()
-  invoker.invoke_start_bundle()
-  for item in items:
-    invoker.invoke_process(
-        transform_evaluator.get_windowed_value(item, spec.window_fn))
-  invoker.invoke_finish_bundle()
-  # A bundle that raised drops its DoFn, as Beam's workers do.
-  _POOL.give_back(spec, (fn, args, kwargs))
-  # Windows are not kept between transforms (as in Beam's DaskRunner): the
-  # jobs are batch jobs in the global window.
-  return [pvalue.TaggedOutput(item.tag, item.value.value)
-          if isinstance(item, pvalue.TaggedOutput) else item.value
-          for item in receivers.values]
+  return invoker, (fn, args, kwargs)
 
 
-@dataclasses.dataclass
-class _ParDo(transform_evaluator.DaskBagOp):
-  """A ParDo over each partition; its bag holds every output, the tagged
-  ones wrapped in TaggedOutput, for _BagBuilder._add_outputs to tell apart.
+def _run_stage(spec: _StageSpec, items, *side_values):
+  """One dask partition through a stage's steps as one Beam bundle of each,
+  finish_bundle's outputs kept; returns the lists of the outputs that tasks
+  outside the stage read.
 
-  ``side_inputs`` are (view, dask Item of the whole side input) pairs.
+  An element passes from step to step as it is emitted, as in a Beam
+  worker's fused stage: a partition's intermediate outputs are never held
+  whole, nor serialized between tasks. ``side_values`` are the side inputs'
+  whole contents, the steps' in their order: dask computes them as
+  dependencies of this task, in the same graph, instead of each bundle
+  computing their lineage again.
   """
-  job: str = ''
+  kept = tuple([] for _ in range(spec.kept))
+  sides, start = [], 0
+  for step in spec.steps:
+    sides.append(side_values[start:start + len(step.bundle.side_views)])
+    start += len(sides[-1])
+  invokers, fns = [None] * len(spec.steps), [None] * len(spec.steps)
+  # Last first: a step's receivers call the invokers of the steps after it.
+  for index in reversed(range(len(spec.steps))):
+    step = spec.steps[index]
+    receivers = {tag: _Fanout([invokers[reader] for reader in readers],
+                              None if slot is None else kept[slot])
+                 for tag, readers, slot in step.routes}
+    invokers[index], fns[index] = _invoker(step.bundle, receivers,
+                                           sides[index])
+  for invoker in reversed(invokers):
+    invoker.invoke_start_bundle()
+  head = spec.steps[0].bundle
+  for item in items:
+    invokers[0].invoke_process(
+        transform_evaluator.get_windowed_value(item, head.window_fn))
+  # In order: what a step emits in finish_bundle reaches the steps after
+  # it before their bundles finish.
+  for invoker in invokers:
+    invoker.invoke_finish_bundle()
+  # A bundle that raised drops its DoFns, as Beam's workers do.
+  for step, fn in zip(spec.steps, fns):
+    _POOL.give_back(step.bundle, fn)
+  return kept
 
-  def apply(self, input_bag, side_inputs=None):
-    transform = self.transform
-    args, kwargs = transform.raw_side_inputs
-    main_input = next(iter(self.applied.main_inputs.values()))
-    window_fn = getattr(main_input, 'windowing', None)
-    views, items = zip(*side_inputs) if side_inputs else ((), ())
-    spec = _BundleSpec(
-        # The full label also makes the task names of two identical
-        # transforms differ.
-        label=self.applied.full_label,
-        pickled_fn=pickler.dumps((transform.fn, args, kwargs)),
-        window_fn=window_fn.windowfn if window_fn else None,
-        job=self.job,
-        side_views=views)
-    # The graph is written out rather than made by map_partitions: that
-    # wraps each Item argument in a finalizing copy of the Item's whole
-    # lineage, with keys of its own, and so computes the lineage again.
-    name = f'pardo-{dask.base.tokenize(spec, *items)}'
-    run = functools.partial(_run_bundle, spec)
-    tasks = {(name, index): Task(
-        (name, index), run, TaskRef((input_bag.name, index)),
-        *(TaskRef(item.key) for item in items))
-             for index in range(input_bag.npartitions)}
-    graph = HighLevelGraph.from_collections(
-        name, tasks, dependencies=[input_bag, *items])
-    return dask.bag.Bag(graph, name, input_bag.npartitions)
+
+def _nothing(_):
+  return []
+
+
+def _layer(name, inputs, function, npartitions, *args):
+  """A bag whose every partition is ``function`` of that partition of each
+  bag of ``inputs`` (and of the whole of each dask Item), then ``args``.
+
+  The graph is written out rather than made by map_partitions: that wraps
+  each dask Item argument in a finalizing copy of the Item's whole lineage,
+  with keys of its own, and so computes the lineage again.
+  """
+  tasks = {(name, index): Task(
+      (name, index), function,
+      *(TaskRef((bag.name, index)) if isinstance(bag, dask.bag.Bag)
+        else TaskRef(bag.key) for bag in inputs), *args)
+           for index in range(npartitions)}
+  graph = HighLevelGraph.from_collections(name, tasks, dependencies=inputs)
+  return dask.bag.Bag(graph, name, npartitions)
 
 
 @dataclasses.dataclass
@@ -235,78 +305,197 @@ class _Reshuffle(transform_evaluator.DaskBagOp):
     return input_bag.repartition(npartitions=self.partitions)
 
 
-def _is_tagged(item, tag) -> bool:
-  return isinstance(item, pvalue.TaggedOutput) and item.tag == tag
-
-
-def _is_main(item) -> bool:
-  return not isinstance(item, pvalue.TaggedOutput)
-
-
-def _unwrap(item):
-  return item.value
-
-
 def _concat(lists):
   return [item for part in lists for item in part]
 
 
+@dataclasses.dataclass(eq=False)
+class _Stage:
+  """ParDos that run as one dask task a partition, each reading the output
+  of one before it, as Beam fuses a stage's steps."""
+  input: t.Any
+  nodes: t.List = dataclasses.field(default_factory=list)
+  # The outputs that something outside the stage reads (a GroupByKey, a
+  # Flatten, a side input, a ParDo that cannot join), each to its list in
+  # the task's result.
+  kept: t.Dict = dataclasses.field(default_factory=dict)
+
+
 class _BagBuilder(PipelineVisitor):
-  """Builds a dask bag for every PCollection of the pipeline."""
+  """Plans the pipeline's fused stages, then builds a dask bag for every
+  PCollection read outside the stage that makes it."""
 
   def __init__(self, bag_kwargs: t.Dict, partitions: int, job: str):
     self._bag_kwargs = bag_kwargs
     self._partitions = partitions
     self._job = job
-    self._bags = {}
+    self._nodes = []
+    # The plan: each ParDo's output to its stage, a NoOp's output to its
+    # input, each PCollection to the stages it depends on; the units (the
+    # stages and the other transforms) in the pipeline's order.
+    self._stage_of = {}
+    self._alias = {}
+    self._after = {}
+    self._units = []
     self._consumed = set()
+    self._bags = {}
+    self._stage_bags = []
+
+  def visit_transform(self, transform_node):
+    self._nodes.append(transform_node)
 
   def _op(self, node):
     kind = type(node.transform)
     if kind is overrides._Reshuffle:  # pylint: disable=protected-access
       return _Reshuffle(node, self._bag_kwargs, self._partitions)
-    if kind is beam.ParDo:
-      return _ParDo(node, self._bag_kwargs, self._job)
     op_class = transform_evaluator.TRANSLATIONS.get(kind,
                                                     transform_evaluator.NoOp)
     return op_class(node, bag_kwargs=self._bag_kwargs)
 
-  def visit_transform(self, transform_node):
-    op = self._op(transform_node)
-    inputs = [pcoll for pcoll in transform_node.inputs
-              if not isinstance(pcoll, pvalue.PBegin)]
-    self._consumed.update(inputs)
-    if isinstance(op, transform_evaluator.Flatten):
-      input_bag = [self._bags[pcoll] for pcoll in inputs]
-    else:
-      input_bag = self._bags[inputs[0]] if inputs else None
-    side_inputs = []
-    for side_input in transform_node.side_inputs:
-      self._consumed.add(side_input.pvalue)
-      view = (type(side_input), side_input._view_options(),  # pylint: disable=protected-access
-              side_input._window_mapping_fn)  # pylint: disable=protected-access
-      side_inputs.append((view, self._bags[side_input.pvalue].reduction(
-          list, _concat)))
-    bag = op.apply(input_bag=input_bag, side_inputs=side_inputs or None)
-    self._add_outputs(transform_node, op, bag)
+  def _source(self, pcoll):
+    """The PCollection that holds ``pcoll``'s elements: NoOps (WindowInto
+    in the global window) pass their input on."""
+    while pcoll in self._alias:
+      pcoll = self._alias[pcoll]
+    return pcoll
 
-  def _add_outputs(self, node, op, bag):
-    if not isinstance(op, _ParDo):
-      for pcoll in node.outputs.values():
-        self._bags[pcoll] = bag
-      return
-    tagged = set(node.transform.output_tags)
-    for tag, pcoll in node.outputs.items():
-      if tag in tagged:
-        self._bags[pcoll] = bag.filter(
-            functools.partial(_is_tagged, tag=tag)).map(_unwrap)
+  def _read(self, pcoll, outside: bool = True):
+    self._consumed.add(pcoll)
+    stage = self._stage_of.get(pcoll)
+    if outside and stage is not None:
+      stage.kept.setdefault(pcoll, len(stage.kept))
+
+  def _plan(self, node):
+    inputs = [self._source(pcoll) for pcoll in node.inputs
+              if not isinstance(pcoll, pvalue.PBegin)]
+    sides = [self._source(side.pvalue) for side in node.side_inputs]
+    after = set().union(*(self._after.get(pcoll, ()) for pcoll in
+                          inputs + sides))
+    for side in sides:
+      self._read(side)
+    if type(node.transform) is beam.ParDo and inputs:
+      stage = self._stage_of.get(inputs[0])
+      # A step cannot join the stage whose outputs its side inputs wait
+      # for: the stage's task would wait for itself.
+      if stage is None or any(stage in self._after.get(side, ())
+                              for side in sides):
+        stage = _Stage(inputs[0])
+        self._units.append(stage)
+        self._read(inputs[0])
       else:
-        self._bags[pcoll] = bag.filter(_is_main)
+        self._read(inputs[0], outside=False)
+      stage.nodes.append(node)
+      for pcoll in node.outputs.values():
+        self._stage_of[pcoll] = stage
+        self._after[pcoll] = after | {stage}
+    elif (isinstance(self._op(node), transform_evaluator.NoOp) and
+          len(inputs) == 1 and not sides):
+      for pcoll in node.outputs.values():
+        self._alias[pcoll] = inputs[0]
+    else:
+      self._units.append(node)
+      for pcoll in inputs:
+        self._read(pcoll)
+      for pcoll in node.outputs.values():
+        self._after[pcoll] = after
+
+  def _needs(self, unit):
+    nodes = unit.nodes if isinstance(unit, _Stage) else [unit]
+    needs = [self._source(side.pvalue) for node in nodes
+             for side in node.side_inputs]
+    if isinstance(unit, _Stage):
+      return needs + [unit.input]
+    return needs + [self._source(pcoll) for pcoll in unit.inputs
+                    if not isinstance(pcoll, pvalue.PBegin)]
 
   def sinks(self):
-    """The bags no transform consumes: computing them runs the pipeline."""
-    return [bag for pcoll, bag in self._bags.items()
-            if pcoll not in self._consumed]
+    """Builds the bags; returns what computing runs the whole pipeline:
+    each stage and each PCollection nothing reads, all emptied on the
+    workers, so that no data reaches the client."""
+    for node in self._nodes:
+      self._plan(node)
+    pending = list(self._units)
+    while pending:
+      # The first unit whose inputs are built: a stage waits for the side
+      # inputs of its last steps, which Beam may apply after the
+      # transforms that read its first steps' outputs.
+      unit = next((unit for unit in pending if all(
+          pcoll in self._bags for pcoll in self._needs(unit))), None)
+      if unit is None:
+        raise RuntimeError('the Dask runner planned stages that wait for '
+                           'each other')
+      pending.remove(unit)
+      if isinstance(unit, _Stage):
+        self._build_stage(unit)
+      else:
+        self._build_node(unit)
+    ends = self._stage_bags + [
+        bag for pcoll, bag in self._bags.items()
+        if pcoll not in self._consumed and pcoll not in self._stage_of]
+    return [_layer(f'done-{bag.name}', [bag], _nothing, bag.npartitions)
+            for bag in ends]
+
+  def _side_inputs(self, node):
+    """(view, dask Item of the whole side input) of each side input."""
+    side_inputs = []
+    for side_input in node.side_inputs:
+      view = (type(side_input), side_input._view_options(),  # pylint: disable=protected-access
+              side_input._window_mapping_fn)  # pylint: disable=protected-access
+      side_inputs.append((view, self._bags[self._source(
+          side_input.pvalue)].reduction(list, _concat)))
+    return side_inputs
+
+  def _build_node(self, node):
+    op = self._op(node)
+    inputs = [self._bags[self._source(pcoll)] for pcoll in node.inputs
+              if not isinstance(pcoll, pvalue.PBegin)]
+    if isinstance(op, transform_evaluator.Flatten):
+      input_bag = inputs
+    else:
+      input_bag = inputs[0] if inputs else None
+    bag = op.apply(input_bag=input_bag,
+                   side_inputs=self._side_inputs(node) or None)
+    for pcoll in node.outputs.values():
+      self._bags[pcoll] = bag
+
+  def _bundle(self, node, views) -> _BundleSpec:
+    transform = node.transform
+    args, kwargs = transform.raw_side_inputs
+    main_input = next(iter(node.main_inputs.values()))
+    window_fn = getattr(main_input, 'windowing', None)
+    return _BundleSpec(
+        # The full label also makes the task names of two identical
+        # transforms differ.
+        label=node.full_label,
+        pickled_fn=pickler.dumps((transform.fn, args, kwargs)),
+        window_fn=window_fn.windowfn if window_fn else None,
+        job=self._job,
+        side_views=tuple(views))
+
+  def _build_stage(self, stage: _Stage):
+    readers = collections.defaultdict(list)
+    for index, node in enumerate(stage.nodes[1:], 1):
+      readers[self._source(next(iter(node.main_inputs.values())))].append(
+          index)
+    steps, items = [], []
+    for node in stage.nodes:
+      views = []
+      for view, item in self._side_inputs(node):
+        views.append(view)
+        items.append(item)
+      tagged = set(node.transform.output_tags)
+      steps.append(_Step(self._bundle(node, views), tuple(
+          (tag if tag in tagged else None, tuple(readers[pcoll]),
+           stage.kept.get(pcoll)) for tag, pcoll in node.outputs.items())))
+    spec = _StageSpec(tuple(steps), len(stage.kept))
+    input_bag = self._bags[stage.input]
+    bag = _layer(f'stage-{dask.base.tokenize(spec, input_bag.name, *items)}',
+                 [input_bag, *items], functools.partial(_run_stage, spec),
+                 input_bag.npartitions)
+    self._stage_bags.append(bag)
+    for pcoll, slot in stage.kept.items():
+      self._bags[pcoll] = _layer(f'output-{slot}-{bag.name}', [bag],
+                                 operator.getitem, bag.npartitions, slot)
 
 
 class _Result(dask_runner.DaskRunnerResult):

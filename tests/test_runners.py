@@ -387,3 +387,82 @@ def test_preprocess_on_dask_matches_the_default_runner(
     assert examples == parsed_examples(default_dir, split), split
     assert len(examples) == stats['records']['written'][split] > 0
   assert dead_letters(tmp_path) == dead_letters(default_dir)
+
+
+def fused_steps(pipeline):
+  """Chains of ParDos the Dask runner runs as one task a partition, with
+  what a fused stage must get right, checked with assert_that: a
+  multi-output step with outputs read inside the stage, outside it and by
+  nothing; a NoOp (WindowInto) between two steps; a step that emits only in
+  finish_bundle, before the steps after it finish; and a step whose side
+  input waits for the stage that makes its main input, so cannot join it."""
+  # pylint: disable=import-outside-toplevel
+  import apache_beam as beam
+  from apache_beam.testing.util import assert_that
+  from apache_beam.testing.util import equal_to
+  from apache_beam.transforms import window
+  from apache_beam.utils.windowed_value import WindowedValue
+
+  class Split(beam.DoFn):
+
+    def process(self, number):
+      if number % 3 == 0:
+        yield beam.pvalue.TaggedOutput('threes', number)
+      if number % 5 == 0:
+        yield beam.pvalue.TaggedOutput('unread', number)
+      yield number
+
+  class CountPerBundle(beam.DoFn):
+
+    def start_bundle(self):
+      self.count = 0  # pylint: disable=attribute-defined-outside-init
+
+    def process(self, number):
+      self.count += 1
+
+    def finish_bundle(self):
+      yield WindowedValue(self.count, 0, [window.GlobalWindow()])
+
+  numbers = pipeline | beam.Create(range(40)) | beam.Reshuffle()
+  split = numbers | beam.ParDo(Split()).with_outputs(
+      'threes', 'unread', main='all')
+  doubled = (split.all | 'Double' >> beam.Map(lambda n: 2 * n)
+             | beam.WindowInto(window.GlobalWindows()))
+  counted = (doubled | beam.ParDo(CountPerBundle())
+             | 'Counted' >> beam.CombineGlobally(sum))
+  assert_that(counted, equal_to([40]), label='CountedOnce')
+  total = doubled | 'Total' >> beam.CombineGlobally(sum)
+  shares = doubled | 'Share' >> beam.Map(
+      lambda n, total: (n, total), total=beam.pvalue.AsSingleton(total))
+  assert_that(shares, equal_to([(2 * n, 1560) for n in range(40)]),
+              label='SideInputOfItsOwnStage')
+  both = ((split.threes, doubled) | beam.Flatten()
+          | 'Both' >> beam.combiners.Count.Globally())
+  assert_that(both, equal_to([14 + 40]), label='ReadOutsideTheStage')
+
+
+def test_dask_runner_fuses_steps_as_beam_runs_them(dask_cluster):
+  # pylint: disable=import-outside-toplevel
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+  with beam.Pipeline(options=PipelineOptions(
+      dask_cluster + ['--dask_npartitions=3'])) as pipeline:
+    fused_steps(pipeline)
+
+
+def test_dask_runner_gathers_no_output_to_the_client(dask_cluster):
+  """What no transform reads stays on the workers: the client that waits
+  for the job gets empty lists, however large that output is."""
+  # pylint: disable=import-outside-toplevel
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+  pipeline = beam.Pipeline(options=PipelineOptions(dask_cluster))
+  _ = (pipeline | beam.Create(range(4)) | beam.Reshuffle()
+       | beam.FlatMap(lambda n: [str(n) * 1000] * 1000))
+  result = pipeline.run()
+  try:
+    gathered = result.client.gather(result.futures)
+  finally:
+    result.wait_until_finish()
+  sizes = [len(part) for part in gathered]
+  assert sizes and not any(sizes), sizes
