@@ -5,16 +5,17 @@ paths, taken literally, and any other path it matches (a dangling symbolic
 link, a FIFO, a folder) is an unreadable_file dead letter. Each format is a
 Beam ``FileBasedSource`` (``sources``) whose files are read as byte ranges
 (``ranges``), so that large files are read in parallel and many small files
-spread over the workers, each range parsed on a thread of its own ahead
-of the steps that take its records (``read_ahead``); folders of documents
-are read one file a document (``documents``). Every record is a dict keyed by ``schemas.raw`` names. A
-record the reader cannot parse is still yielded, with ``reason`` set
-(``rows.rejection``), so that the job can count it and send it to the dead
-letters: readers never drop and never raise, whatever a record or a file
-holds. Any exception parsing one record is that record's malformed_record
-dead letter; a file that breaks off mid-way (``streams.CorruptFile``) keeps
-what was read before the fault and is one corrupt_file dead letter for the
-rest; any other exception reading a file is its unreadable_file dead letter.
+spread over the workers, each range parsed on a thread of its own ahead of
+the steps that take its records (``read_ahead``); folders of documents are
+read one file a document (``documents``). Every record is a dict keyed by
+``schemas.raw`` names. A record the reader cannot parse is still yielded,
+with ``reason`` set (``rows.rejection``), so that the job can count it and
+send it to the dead letters: readers never drop and never raise, whatever a
+record or a file holds. Any exception parsing one record is that record's
+malformed_record dead letter; a file that breaks off mid-way
+(``streams.CorruptFile``) keeps what was read before the fault and is one
+corrupt_file dead letter for the rest; any other exception reading a file is
+its unreadable_file dead letter.
 
 The jobs need only the names this package exports.
 """
