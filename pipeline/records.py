@@ -12,7 +12,7 @@ import json
 import logging
 import posixpath
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 import unicodedata
 
 import apache_beam as beam
@@ -161,12 +161,13 @@ class CountingDoFn(beam.DoFn):
     self._unreported.clear()
     self._unreported_records = 0
 
-  def count_read(self, record: Dict):
-    self._counts[(READ,)] += 1
-    self._meter((READ,), 1)
-    if record.get(raw.ID_REPLACED):
-      self._counts[(IDS_REPLACED,)] += 1
-      self._meter((IDS_REPLACED,), 1)
+  def count_read(self, records: Sequence[Dict]):
+    """Counts ``records`` read: a chunk, or one record in a tuple."""
+    replaced = sum(1 for record in records if record.get(raw.ID_REPLACED))
+    for key, count in (((READ,), len(records)), ((IDS_REPLACED,), replaced)):
+      if count:
+        self._counts[key] += count
+        self._meter(key, count)
 
   def count_written(self, count: int = 1, output: Optional[str] = None):
     """``count`` records written to ``output`` (a split), or to the job's
@@ -261,17 +262,18 @@ class _RepeatedDigests(PackedDigests):
 
 
 class _PackDigests(beam.DoFn):
-  """Records -> (bucket, their ids' digests packed), a pair a bucket a
-  bundle: one Beam element a bucket, not a Map's and a combine's an id,
-  which the scoring job paid for every document (BENCHMARKS.md, issue
-  21)."""
+  """Chunks of records -> (bucket, their ids' digests packed), a pair a
+  bucket a bundle: one Beam element a bucket, not a Map's and a combine's
+  an id, which the scoring job paid for every document (BENCHMARKS.md,
+  issue 21)."""
 
   def start_bundle(self):
     self._buckets = collections.defaultdict(bytearray)
 
-  def process(self, record):
-    bucket, digest = _bucketed_digest(record[raw.ID])
-    self._buckets[bucket] += digest
+  def process(self, chunk):
+    for record in chunk:
+      bucket, digest = _bucketed_digest(record[raw.ID])
+      self._buckets[bucket] += digest
 
   def finish_bundle(self):
     for bucket, packed in self._buckets.items():
@@ -279,7 +281,7 @@ class _PackDigests(beam.DoFn):
 
 
 class CountDuplicateIds(beam.PTransform):
-  """Records -> the count dicts of the ids seen more than once (Tally's
+  """Chunks of records (``ReadRecords(chunked=True)``) -> the count dicts of the ids seen more than once (Tally's
   duplicate_ids and duplicate_rows), for WriteCounts.
 
   Counting happens on the workers, as a combine per digest bucket: the

@@ -86,8 +86,8 @@ def parse_args(argv):
 
 def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
   """Adds the scoring steps to ``pipeline``, writing under ``staging``."""
-  read = pipeline | 'Read' >> readers.ReadRecords(settings.pattern,
-                                                 settings.read_config)
+  read = pipeline | 'Read' >> readers.ReadRecords(
+      settings.pattern, settings.read_config, chunked=True)
   duplicates = read | 'Duplicates' >> records.CountDuplicateIds()
   checked = read | 'Validate' >> beam.ParDo(rows.Validate(
       settings.read_config.max_text_bytes, settings.kept_types,

@@ -31,6 +31,10 @@ def test_every_record_comes_out_once_in_order(texts, depth, chunk_records,
   got = list(read_ahead.read_ahead(_records(texts), depth, chunk_records,
                                    chunk_chars))
   assert got == expected
+  chunks = list(read_ahead.read_chunks_ahead(_records(texts), depth,
+                                             chunk_records, chunk_chars))
+  assert [record for chunk in chunks for record in chunk] == expected
+  assert all(0 < len(chunk) <= chunk_records for chunk in chunks)
   assert not _reading_threads()
 
 

@@ -18,6 +18,7 @@ from pipeline import preprocess
 from pipeline import readers
 from pipeline.readers import lines
 from pipeline.readers import matching
+from pipeline.readers import read_ahead
 from pipeline.readers import ranges
 from pipeline.readers import sources
 from schemas import raw
@@ -28,13 +29,19 @@ from tests.conftest import run_and_collect
 from tests.conftest import write_jsonl
 
 
-def read(pattern, fmt='auto', **config):
-  """Every record a pattern yields, read through a real Beam pipeline."""
+def read(pattern, fmt='auto', chunked=False, **config):
+  """Every record a pattern yields, read through a real Beam pipeline
+  (``chunked``: in chunks, each at most ``read_ahead.CHUNK_RECORDS``)."""
   pattern, fmt = readers.resolve_input(str(pattern), fmt)
-  transform = readers.ReadRecords(pattern,
-                                  readers.ReadConfig(format=fmt, **config))
-  return sorted(run_and_collect(lambda p: p | transform),
-                key=lambda r: r[raw.ID])
+  transform = readers.ReadRecords(
+      pattern, readers.ReadConfig(format=fmt, **config), chunked=chunked)
+  read_records = run_and_collect(lambda p: p | transform)
+  if chunked:
+    assert all(isinstance(chunk, list) and
+               len(chunk) <= read_ahead.CHUNK_RECORDS
+               for chunk in read_records)
+    read_records = [record for chunk in read_records for record in chunk]
+  return sorted(read_records, key=lambda r: r[raw.ID])
 
 
 def assert_splits_read_as_whole(source, bundle_bytes, more_than=0):
@@ -201,6 +208,23 @@ def test_document_tree_labels_and_splits_from_folders(tmp_path):
   assert records['train/pos/huge.txt'][raw.REASON] == rejected.TEXT_TOO_LONG
   assert len(records[
       'train/pos/huge.txt'][raw.SNIPPET]) == rejected.SNIPPET_CHARS
+
+
+@pytest.mark.parametrize('fmt', ['jsonl', 'files'])
+def test_chunked_reading_yields_the_records_read_one_by_one(tmp_path, fmt):
+  if fmt == 'jsonl':  # more than a chunk, and a malformed line
+    pattern = write_jsonl(
+        tmp_path / 'docs.jsonl',
+        [{'id': str(i), 'text': f'doc {i}'} for i in range(2500)] +
+        [b'{"id": "broken'])
+  else:  # more than a group of paths, and an undecodable document
+    pattern = tmp_path
+    for index in range(250):
+      (tmp_path / f'{index}.txt').write_text(f'doc {index}')
+    (tmp_path / 'bad.txt').write_bytes(b'\xff\xfe')
+  one_by_one = read(pattern, fmt)
+  assert len(one_by_one) == {'jsonl': 2501, 'files': 251}[fmt]
+  assert read(pattern, fmt, chunked=True) == one_by_one
 
 
 def test_email_folders(tmp_path):

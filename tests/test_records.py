@@ -68,7 +68,10 @@ def test_count_duplicate_ids_counts_repeated_ids_and_their_extra_rows():
   ids = ['a', 'b', 'a', 'c', 'a', 'b', 'é', 'é'] + [f'd{i}' for i in range(500)]
   with TestPipeline() as pipeline:
     counts = (pipeline
-              | beam.Create([{raw.ID: i} for i in ids], reshuffle=False)
+              # Chunks as the reader makes them, a repeated id in another.
+              | beam.Create([[{raw.ID: i} for i in ids[start:start + 3]]
+                             for start in range(0, len(ids), 3)],
+                            reshuffle=False)
               | records.CountDuplicateIds()
               | beam.CombineGlobally(records.SumCounts()))
     # a twice beyond its first, b and é once each.

@@ -45,14 +45,20 @@ def bad_records():
   return bad, letters
 
 
+def chunks(read, size):
+  """Records in chunks of ``size``, as the reader hands them on."""
+  return [read[start:start + size] for start in range(0, len(read), size)]
+
+
 def test_validate_batches_every_good_record_once_and_rejects_the_rest():
   documents = [good(i) for i in range(23)]
+  documents[3][raw.ID_REPLACED] = True  # its id is its file:line
   bad, letters = bad_records()
   # The bad records among the good, so that they fall inside batches.
   read = documents[:7] + bad[:2] + documents[7:16] + bad[2:] + documents[16:]
   with TestPipeline() as pipeline:
     checked = (pipeline
-               | beam.Create(read)
+               | beam.Create(chunks(read, 4))
                | beam.ParDo(rows.Validate(100, (), 5)).with_outputs(
                    records.REJECTED, records.STATS, main='batches'))
     assert_that(checked.batches | 'Sizes' >> beam.Map(len)
@@ -64,7 +70,7 @@ def test_validate_batches_every_good_record_once_and_rejects_the_rest():
                 label='DeadLetters')
     assert_that(checked[records.STATS]
                 | beam.CombineGlobally(records.SumCounts()),
-                equal_to([{(records.READ,): 26,
+                equal_to([{(records.READ,): 26, (records.IDS_REPLACED,): 1,
                            (records.REJECTED_KIND,
                             rejected.MALFORMED_RECORD): 1,
                            (records.REJECTED_KIND, rejected.EMPTY_TEXT): 1,
@@ -77,7 +83,7 @@ def test_validate_fills_each_batch_before_the_bundles_end():
   documents = [good(i) for i in range(12)]
   with TestPipeline() as pipeline:
     sizes = (pipeline
-             | beam.Create(documents, reshuffle=False)
+             | beam.Create(chunks(documents, 3), reshuffle=False)
              | beam.ParDo(rows.Validate(100, (), 5))
              | beam.Map(len))
     # One bundle: full batches, then the rest.

@@ -177,7 +177,7 @@ class ValidateAndSplit(records.CountingDoFn):
     self._routing = routing
 
   def process(self, record):
-    self.count_read(record)
+    self.count_read((record,))
     split, reason, chosen_by, group = self._routing.decide(record)
     if reason:
       yield self.reject(record, reason)

@@ -51,18 +51,21 @@ _FILES_PER_READ = 100
 
 
 class ReadRecords(beam.PTransform):
-  """Reads raw-record dicts from every file matching a pattern.
+  """Reads raw-record dicts from every file matching a pattern; with
+  ``chunked``, lists of them as they were read (``read_ahead``), an element
+  a list, for steps that take records a chunk at a time.
 
   ``pattern`` and ``config.format`` should come from ``resolve_input``.
   """
 
-  def __init__(self, pattern: str, config: ReadConfig):
+  def __init__(self, pattern: str, config: ReadConfig, chunked: bool = False):
     super().__init__()
     if config.format not in FORMATS:
       raise ReaderError(f'resolve the format first, not {config.format!r}')
     self._pattern = pattern
     self._fmt = config.format
     self._config = config
+    self._chunked = chunked
 
   def expand(self, pbegin):
     matched = (pbegin
@@ -76,8 +79,8 @@ class ReadRecords(beam.PTransform):
                   min_batch_size=_FILES_PER_READ, max_batch_size=_FILES_PER_READ)
               | 'Spread' >> beam.Reshuffle()
               | 'ReadDocuments' >> beam.FlatMap(
-                  documents.read_documents, self._config,
-                  self._fmt == 'email'))
+                  _read_documents, self._config, self._fmt == 'email',
+                  self._chunked))
     splittable = self._fmt in ('jsonl', 'text', 'parquet') or (
         self._fmt in ('csv', 'tsv') and self._config.csv_splittable)
     compression = (CompressionTypes.UNCOMPRESSED if self._fmt == 'parquet'
@@ -88,9 +91,19 @@ class ReadRecords(beam.PTransform):
             | 'Spread' >> beam.Reshuffle()
             | 'ReadRanges' >> beam.FlatMap(
                 _read_range_ahead,
-                sources.source_factory(self._fmt, self._config)))
+                sources.source_factory(self._fmt, self._config),
+                self._chunked))
 
 
-def _read_range_ahead(file_range: ranges.FileRange, source_from_file):
-  """A range's records, parsed on a reading thread (``read_ahead``)."""
-  return read_ahead.read_ahead(ranges.read(file_range, source_from_file))
+def _read_range_ahead(file_range: ranges.FileRange, source_from_file,
+                      chunked: bool):
+  """A range's records, or their chunks, parsed on a reading thread
+  (``read_ahead``)."""
+  read = read_ahead.read_chunks_ahead if chunked else read_ahead.read_ahead
+  return read(ranges.read(file_range, source_from_file))
+
+
+def _read_documents(paths, config: ReadConfig, email: bool, chunked: bool):
+  """A group of documents' records, or them as one chunk."""
+  records = documents.read_documents(paths, config, email)
+  return [records] if chunked else records

@@ -1,5 +1,6 @@
 """The scoring job's steps around the model: checking what was read and
 batching it, and turning what the model answered into Parquet rows."""
+import collections
 from typing import Dict, Optional, Sequence, Tuple
 
 from apache_beam.ml.inference.base import PredictionResult
@@ -65,24 +66,26 @@ class _Grouping(records.CountingDoFn):
 
 
 class Validate(_Grouping):
-  """Counts every record read; bad ones go to the dead letters, good ones
-  on in batches (lists) of ``batch_size``, which the model step takes
-  whole (``inference.RawTextModelHandler``)."""
+  """Chunks of records read (``ReadRecords(chunked=True)``) -> every
+  record counted, bad ones to the dead letters, good ones on in batches
+  (lists) of ``batch_size``, which the model step takes whole
+  (``inference.RawTextModelHandler``)."""
 
   def __init__(self, max_text_bytes: int, kept_types, batch_size: int):
     super().__init__(batch_size)
     self._max_text_bytes = max_text_bytes
     self._kept_types = kept_types  # (input field, Arrow type) pairs
 
-  def process(self, record):
-    self.count_read(record)
-    reason = reason_of(record, self._max_text_bytes, self._kept_types)
-    if reason:
-      yield self.reject(record, reason)
-      return
-    batch = self._add(record)
-    if batch:
-      yield batch
+  def process(self, chunk):
+    self.count_read(chunk)
+    for record in chunk:
+      reason = reason_of(record, self._max_text_bytes, self._kept_types)
+      if reason:
+        yield self.reject(record, reason)
+        continue
+      batch = self._add(record)
+      if batch:
+        yield batch
 
 
 class ToArrow(_Grouping):
@@ -119,8 +122,7 @@ class ToArrow(_Grouping):
 
   def _count(self, answers: inference.Answers) -> None:
     self.count_written(len(answers.labels))
-    labels, counts = np.unique(answers.labels, return_counts=True)
-    for label, count in zip(labels.tolist(), counts.tolist()):
+    for label, count in collections.Counter(answers.labels.tolist()).items():
       self.count_label(SCORED, label.decode('utf-8'), count)
     bins = np.bincount(drift.confidence_bins(answers.confidences, self._edges))
     for index, count in enumerate(bins.tolist()):
