@@ -57,6 +57,23 @@ XLA_FLAGS = ('--xla_backend_optimization_level=1 '
 Outputs = Dict[str, np.ndarray]
 
 
+def run_ops_on_callers_threads() -> bool:
+  """Makes TensorFlow run each op on the thread that calls it, unless the
+  user set TF_NUM_INTRAOP_THREADS: the model's calls already run on a few
+  threads a core, and splitting their ops again over TensorFlow's pool of
+  a thread a core costs more than it gains (BENCHMARKS.md, issue 21).
+  TensorFlow fixes its pools when its runtime starts, so a process calls
+  this before it loads any model; returns whether it took effect."""
+  if 'TF_NUM_INTRAOP_THREADS' in os.environ:
+    return False
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  try:
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+  except RuntimeError:  # the runtime has started
+    return tf.config.threading.get_intra_op_parallelism_threads() == 1
+  return True
+
+
 def supports(signature) -> bool:
   """Whether the export behind ``signature`` (from ``serving.exports.load``)
   has the signatures length grouping needs."""

@@ -1,5 +1,8 @@
 """The scoring job's model step: RunInference with RawTextModelHandler."""
 import concurrent.futures
+import os
+import subprocess
+import sys
 import threading
 
 import apache_beam as beam
@@ -13,7 +16,9 @@ from pipeline.scoring import inference
 from pipeline.scoring import report
 from schemas import raw
 from serving import exports
+from serving import length_groups
 from tests.conftest import Poisoned
+from tests.conftest import REPO
 from tests.conftest import beam_pipeline
 from tests.conftest import synthetic_reviews
 from trainer import predict
@@ -155,3 +160,20 @@ def test_model_threads_live_for_their_batch_and_are_bounded(trained,
   assert CountingPool.open_threads == 0
   assert not [t for t in threading.enumerate()
               if t.name.startswith('model-call')]
+
+
+def test_workers_run_tensorflows_ops_on_the_models_own_threads(monkeypatch):
+  # A fresh process, as a worker is: TensorFlow's runtime not yet started.
+  probe = ('import tensorflow as tf\n'
+           'from pipeline.scoring import inference\n'
+           'inference.RawTextModelHandler("unused").set_environment_vars()\n'
+           'print(tf.config.threading.get_intra_op_parallelism_threads())\n')
+  env = {name: value for name, value in os.environ.items()
+         if name != 'TF_NUM_INTRAOP_THREADS'}
+  result = subprocess.run([sys.executable, '-c', probe], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300,
+                          check=True)
+  assert result.stdout.split() == ['1']
+  # A user's own setting wins: TensorFlow is left to read it.
+  monkeypatch.setenv('TF_NUM_INTRAOP_THREADS', '2')
+  assert not length_groups.run_ops_on_callers_threads()

@@ -182,6 +182,7 @@ class RawTextModelHandler(base.ModelHandler[Sequence[Dict],
   def set_environment_vars(self):
     """Beam calls this in each worker before it loads the model."""
     super().set_environment_vars()
+    length_groups.run_ops_on_callers_threads()
     if not any(isinstance(f, _WithoutMissingResourceNotice)
                for f in _BEAM_INFERENCE_LOGGER.filters):
       _BEAM_INFERENCE_LOGGER.addFilter(_WithoutMissingResourceNotice())

@@ -18,6 +18,7 @@ from schemas import raw
 from schemas import scored
 from serving import drift
 from serving import exports
+from serving import length_groups
 
 
 def check_partition(partition: str) -> str:
@@ -175,6 +176,9 @@ def preflight(settings: Settings) -> List[Dict]:
   be), reads the input's first records as the pipeline will, and scores the
   acceptable ones; a JobError when none is acceptable, a ModelFailure when
   the model fails on each. Returns the acceptable ones."""
+  # In a local runner's process this load starts TensorFlow's runtime, and
+  # with it the threading the model handler sets in every worker.
+  length_groups.run_ops_on_callers_threads()
   try:
     signature, _ = exports.load(settings.export_dir)
   except exports.ExportError as error:
