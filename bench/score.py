@@ -13,11 +13,12 @@ its own, so that peak memory is measured apart:
   one process, writing the same Parquet rows;
 - ours: ``python -m pipeline.score`` with its default flags (batches of
   ``pipeline.score.BATCH_SIZE`` documents grouped by length) and runner
-  (FnApiRunner), in memory and, with --modes, in multi_processing mode with a worker per
-  core, or on a dask.distributed cluster on 127.0.0.1 (a scheduler and a
-  single-threaded worker process per core, or --dask_workers, started and
-  with our modules imported before the timing; the peak memory of its
-  worker processes is reported apart from the launcher's),
+  (FnApiRunner), in memory and, with --modes, in multi_processing mode
+  with a worker per core, or on a dask.distributed cluster on 127.0.0.1
+  (a scheduler and a single-threaded worker process per core, or
+  --dask_workers, started and with our modules imported before the
+  timing; the peak memory of its worker processes is reported apart from
+  the launcher's),
   writing partitioned Parquet, dead letters and the manifest.
 
     python bench/score.py [--model_dir=DIR] [--docs=100000[,1000000]]

@@ -6,8 +6,9 @@ writing): ``serving_default`` in batches of each ``--baseline_sizes``, and
 ``serving.length_groups.LengthGroupedModel`` on batches of the scoring job's
 size (``pipeline.score.BATCH_SIZE``) in calls of each ``--call_rows``. Each
 is run once untimed (XLA compiles its lengths then), then timed
-``--repeats`` times; the best time counts. The ratio is against the fastest ``serving_default`` batch size: the plain
-loop's strongest setting, where ``bench/score.py`` uses the usual 256.
+``--repeats`` times; the best time counts. The ratio is against the
+fastest ``serving_default`` batch size: the plain loop's strongest
+setting, where ``bench/score.py`` uses the usual 256.
 
     python bench/score_calls.py --model_dir=DIR [--docs=8192]
 """
@@ -75,8 +76,8 @@ def main():
     model = length_groups.LengthGroupedModel(
         signature, metadata['label_names'], call_rows=rows,
         threads=args.threads)
-    rates[f'grouped, calls of {rows}'] = best_rate(model, texts, score.BATCH_SIZE,
-                                                   args.repeats)
+    rates[f'grouped, calls of {rows}'] = best_rate(
+        model, texts, score.BATCH_SIZE, args.repeats)
   for name, rate in rates.items():
     print(f'{name}: {rate:.0f} docs/s, {rate / strongest:.2f}x the fastest '
           'serving_default', flush=True)

@@ -281,8 +281,9 @@ class _PackDigests(beam.DoFn):
 
 
 class CountDuplicateIds(beam.PTransform):
-  """Chunks of records (``ReadRecords(chunked=True)``) -> the count dicts of the ids seen more than once (Tally's
-  duplicate_ids and duplicate_rows), for WriteCounts.
+  """Chunks of records (``ReadRecords(chunked=True)``) -> the count dicts
+  of the ids seen more than once (Tally's duplicate_ids and duplicate_rows),
+  for WriteCounts.
 
   Counting happens on the workers, as a combine per digest bucket: the
   launcher never holds the ids. A combine per id would hold every id as a
