@@ -43,7 +43,8 @@ def guarded(record_id: str, source: str, payload: Any,
 def has_surrogates(value: str) -> bool:
   """Whether a string holds a lone surrogate, which no output can encode."""
   # Most text is ASCII, which Python knows without a look at it; in the
-  # rest, the UTF-8 codec finds one five times faster than a regex search.
+  # rest, the UTF-8 codec finds one faster than a regex search does
+  # (BENCHMARKS.md, issue 21).
   if value.isascii():
     return False
   try:
