@@ -47,7 +47,8 @@ def test_a_run_logs_its_progress(trained, tmp_path, caplog):
   corpus = write_jsonl(tmp_path / 'in.jsonl', synthetic_reviews(12000, 4))
   with caplog.at_level(logging.INFO):
     # Batches of 1,000: several are scored between two flushes of the read
-    # count, each a chance for a line, so the test does not hang on timing.
+    # count, each a chance for a line, so that the test does not depend on
+    # when the reporter wakes.
     score.run([f'--input={corpus}', f'--model_dir={model_dir}',
                f'--output_dir={tmp_path / "out"}', '--batch_size=1000',
                '--progress_seconds=0.05'])
