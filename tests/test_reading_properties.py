@@ -191,17 +191,53 @@ def test_any_json_value_is_one_record_or_one_letter(values, ascii_only,
           expected_id(value, default_id))
 
 
-@examples(300)
-@given(text=st.lists(st.sampled_from(
+# Joined from a list: text() leaves surrogates out of almost every example.
+_SURROGATE_PRONE_TEXT = st.lists(st.sampled_from(
     ['a', '\x00', '\xe9', '\u0436', '\U0001f600', '\ud800', '\ud83d',
      '\ude00', '\udfff']) | st.characters(blacklist_categories=()),
-                    max_size=20).map(''.join))
+                                 max_size=20).map(''.join)
+
+
+@examples(300)
+@given(text=_SURROGATE_PRONE_TEXT)
 def test_a_surrogate_is_found_wherever_it_is(text):
   # The rule written again, as a regex: any code point of the surrogate
-  # range, which no UTF-8 output can hold. (Joined from a list: text()
-  # leaves surrogates out of almost every example.)
+  # range, which no UTF-8 output can hold.
   assert rows.has_surrogates(text) == bool(re.search('[\ud800-\udfff]',
                                                      text))
+
+
+_ANY_JSON = st.recursive(
+    _leaves() | _SURROGATE_PRONE_TEXT | st.integers(-2**200, 2**200) |
+    st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, -2**63, -2**63 - 1,
+                     1e19, 2.0**64, 1e308]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(
+        _SURROGATE_PRONE_TEXT, children, max_size=3), max_leaves=12)
+
+
+def read_by_json(line):
+  """json.loads's reading of a line as JSON text (NaN, -0.0, 1 and 1.0
+  all told apart), or the error it raises."""
+  try:
+    return json.dumps(json.loads(line))
+  except (ValueError, RecursionError) as error:
+    return type(error)
+
+
+@examples(300)
+@given(line=_ANY_JSON.flatmap(lambda value: st.sampled_from([
+    json.dumps(value), json.dumps(value, ensure_ascii=False),
+    json.dumps(value, indent=1)])) | _TEXTY_BYTES.map(
+        lambda data: data.decode('utf-8', 'surrogateescape')) |
+       st.lists(st.sampled_from(['1', '0', '-', '.', 'e', 'E', '+', '[',
+                                 ']', ' ', '"', 'NaN', 'Infinity']),
+                max_size=30).map(''.join))
+def test_a_json_line_reads_as_json_reads_it(line):
+  try:
+    ours = json.dumps(sources.json_value(line))
+  except (ValueError, RecursionError) as error:
+    ours = type(error)
+  assert ours == read_by_json(line)
 
 
 _CELL = st.text(st.characters(blacklist_categories=('Cs',)) |

