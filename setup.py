@@ -19,7 +19,7 @@ REQUIRED = [
     # The model is written against the Keras 3 API ("import keras"): TFT
     # makes tf.keras the legacy Keras 2 in any process that imports it.
     'keras>=3',
-    # JSONL lines parsed 2.5 times as fast as by json (pipeline.readers).
+    # Parses JSONL lines, as json reads them (pipeline.readers.sources).
     'orjson>=3.10',
 ]
 

@@ -140,11 +140,11 @@ def parse_text_line(text: str, default_id, source, config) -> Dict:
 
 
 def json_value(text: str):
-  """What ``json.loads`` reads in a line, at orjson's speed (2.5 times
-  json's on a review). Where orjson reads otherwise (it refuses lone
-  surrogate escapes, NaN and numbers past a double's range, and reads
-  integers past 64 bits as floats), json reads the line again: the value is
-  always json's."""
+  """What ``json.loads`` reads in a line, at orjson's speed (BENCHMARKS.md,
+  issue 21). Where orjson reads otherwise (it refuses lone surrogate
+  escapes, NaN and numbers past a double's range, and reads integers past
+  64 bits as floats), json reads the line again: the value is always
+  json's."""
   try:
     value = orjson.loads(text)
   except orjson.JSONDecodeError:
@@ -152,9 +152,9 @@ def json_value(text: str):
   return json.loads(text) if _may_be_wide_integer(value) else value
 
 
-# orjson's integers end at 64 bits; a float this large and whole may have
-# been an integer literal.
-_WIDEST_EXACT_INTEGER = 2.0 ** 63
+# orjson holds integers of 64 bits, signed or not, and reads a float past
+# them: a whole float this large may have been an integer literal.
+_PAST_64_BITS = 2.0 ** 63
 # Values that hold no float: a record of only these needs no closer look.
 _FLOATLESS_TYPES = frozenset((str, int, bool, type(None)))
 
@@ -166,7 +166,7 @@ def _may_be_wide_integer(value) -> bool:
     values = value
   else:
     return (type(value) is float and  # pylint: disable=unidiomatic-typecheck
-            abs(value) >= _WIDEST_EXACT_INTEGER and value.is_integer())
+            abs(value) >= _PAST_64_BITS and value.is_integer())
   return (not _FLOATLESS_TYPES.issuperset(map(type, values)) and
           any(map(_may_be_wide_integer, values)))
 
