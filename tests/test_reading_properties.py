@@ -16,6 +16,7 @@ import struct
 import tempfile
 
 from hypothesis import HealthCheck
+from hypothesis import example
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -232,6 +233,10 @@ def reading(parse, line):
        st.lists(st.sampled_from(['1', '0', '-', '.', 'e', 'E', '+', '[',
                                  ']', ' ', '"', 'NaN', 'Infinity']),
                 max_size=30).map(''.join))
+# Where orjson reads otherwise, whatever the examples above happen to hold.
+@example(line='{"id": -9223372036854775809, "ids": [18446744073709551616]}')
+@example(line='{"id": 18446744073709551615, "score": NaN, "big": 1e400}')
+@example(line='{"text": "\\ud800"}')
 def test_a_json_line_reads_as_json_reads_it(line):
   assert reading(sources.json_value, line) == reading(json.loads, line)
 
