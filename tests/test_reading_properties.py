@@ -241,6 +241,12 @@ def test_a_json_line_reads_as_json_reads_it(line):
   assert reading(sources.json_value, line) == reading(json.loads, line)
 
 
+def test_a_json_line_nested_past_the_recursion_limit_reads_as_json_reads_it():
+  # Outside Hypothesis, which raises the recursion limit while a test runs.
+  line = '{"k": ' + '[' * 600 + '0.5, 18446744073709551616' + ']' * 600 + '}'
+  assert reading(sources.json_value, line) == reading(json.loads, line)
+
+
 _CELL = st.text(st.characters(blacklist_categories=('Cs',)) |
                 st.sampled_from(',"\r\n\t '), max_size=12)
 _LINE_ENDS = st.sampled_from(['\n', '\r\n', '\r'])

@@ -143,8 +143,10 @@ def json_value(text: str):
   """What ``json.loads`` reads in a line, at orjson's speed (BENCHMARKS.md,
   issue 21). Where orjson reads otherwise (it refuses lone surrogate
   escapes, NaN and numbers past a double's range, and reads integers past
-  64 bits as floats), json reads the line again: the value is always
-  json's."""
+  64 bits as floats), json reads the line again: wherever json reads a
+  line, the value is json's. A line nested deeper than json's recursion
+  allows (about 1,000 levels), which json refuses, orjson reads up to its
+  limit of 1,024."""
   try:
     value = orjson.loads(text)
   except orjson.JSONDecodeError:
@@ -160,15 +162,23 @@ _FLOATLESS_TYPES = frozenset((str, int, bool, type(None)))
 
 
 def _may_be_wide_integer(value) -> bool:
-  if type(value) is dict:  # pylint: disable=unidiomatic-typecheck
-    values = value.values()
-  elif type(value) is list:  # pylint: disable=unidiomatic-typecheck
-    values = value
-  else:
-    return (type(value) is float and  # pylint: disable=unidiomatic-typecheck
-            abs(value) >= _PAST_64_BITS and value.is_integer())
-  return (not _FLOATLESS_TYPES.issuperset(map(type, values)) and
-          any(map(_may_be_wide_integer, values)))
+  # A loop, not recursion: orjson reads values nested up to 1,024 deep,
+  # past Python's recursion limit.
+  pending = [value]
+  while pending:
+    value = pending.pop()
+    if type(value) is dict:  # pylint: disable=unidiomatic-typecheck
+      values = value.values()
+    elif type(value) is list:  # pylint: disable=unidiomatic-typecheck
+      values = value
+    elif (type(value) is float and  # pylint: disable=unidiomatic-typecheck
+          abs(value) >= _PAST_64_BITS and value.is_integer()):
+      return True
+    else:
+      continue
+    if not _FLOATLESS_TYPES.issuperset(map(type, values)):
+      pending.extend(values)
+  return False
 
 
 def parse_json_line(text: str, default_id, source, config) -> Dict:
