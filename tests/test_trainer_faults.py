@@ -275,8 +275,16 @@ def test_the_local_lock_names_its_holder_and_ends_with_the_run(tmp_path):
 
 
 def holder(path):
-  with tf.io.gfile.GFile(path) as handle:
-    return json.loads(handle.read())
+  """The lock file's holder. A read that overlaps the heartbeat's rewrite
+  may return a torn file (ram:// reads are not atomic): read it again."""
+  deadline = time.time() + 10
+  while True:
+    with tf.io.gfile.GFile(path) as handle:
+      text = handle.read()
+    try:
+      return json.loads(text)
+    except ValueError:
+      assert time.time() < deadline, f'the lock file stays unreadable: {text}'
 
 
 def test_the_object_store_lock_is_a_file_kept_fresh_and_taken_when_stale(
@@ -303,6 +311,19 @@ def test_the_object_store_lock_is_a_file_kept_fresh_and_taken_when_stale(
                              'time': time.time() - lock.STALE_SECONDS - 1}))
   with lock.exclusive(model_dir):
     assert holder(path)['pid'] == os.getpid()
+
+
+def test_an_unreadable_lock_is_held_until_it_is_stale(tmp_path):
+  model_dir = f'file://{tmp_path}'
+  path = tmp_path / lock.LOCK_FILE
+  path.write_text('{"host": "half-writ')
+  with pytest.raises(lock.Busy, match='whose name was unreadable'):
+    with lock.exclusive(model_dir):
+      pass
+  stale = time.time() - lock.STALE_SECONDS - 1
+  os.utime(path, (stale, stale))
+  with lock.exclusive(model_dir):
+    assert holder(str(path))['pid'] == os.getpid()
 
 
 def test_a_version_is_newer_than_every_existing_one(tmp_path):

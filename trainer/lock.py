@@ -12,7 +12,11 @@ start) and the time, which the holder rewrites every ``HEARTBEAT_SECONDS``,
 and a file not rewritten for ``STALE_SECONDS`` is a dead trainer's, taken
 over. That is advisory: two trainers that start within a few seconds of each
 other can both take it (each reads the file back after a pause to catch the
-other, which narrows that window but cannot close it).
+other, which narrows that window but cannot close it). A read that overlaps
+the holder's rewrite can return a torn file (TF's ram:// returns the new
+content cut to the old length), so an unparsable file is read again, and
+one that stays unparsable is held, like any other, until its modification
+time is STALE_SECONDS old: an unreadable lock is never a free folder.
 """
 import contextlib
 import datetime
@@ -39,6 +43,8 @@ STALE_SECONDS = 600
 # How long a trainer waits after writing the lock file before reading it
 # back: one that wrote it in the meantime has then overwritten it.
 SETTLE_SECONDS = 2
+# How often, and how far apart, an unparsable lock file is read again.
+READ_ATTEMPTS, READ_PAUSE_SECONDS = 5, 0.05
 
 
 class Busy(cli.JobError):
@@ -93,11 +99,30 @@ def _kernel_lock(path: str, model_dir: str):
 
 
 def _read(path: str) -> Optional[Dict]:
+  """The lock file's holder; None when there is no file, {} when it stays
+  unparsable."""
+  for attempt in range(READ_ATTEMPTS):
+    if attempt:
+      time.sleep(READ_PAUSE_SECONDS)
+    try:
+      with tf.io.gfile.GFile(path) as handle:
+        holder = _parse(handle.read())
+    except tf.errors.NotFoundError:
+      return None
+    if holder is not None:
+      return holder
+  return {}
+
+
+def _age(path: str, holder: Dict) -> float:
+  """Seconds since the holder last rewrote the file: its own time, else
+  (an unreadable file) the file's modification time."""
+  if isinstance(holder.get('time'), (int, float)):
+    return time.time() - holder['time']
   try:
-    with tf.io.gfile.GFile(path) as handle:
-      return _parse(handle.read())
+    return time.time() - tf.io.gfile.stat(path).mtime_nsec / 1e9
   except tf.errors.NotFoundError:
-    return None
+    return float('inf')
 
 
 def _write(path: str, holder: Dict) -> None:
@@ -111,14 +136,14 @@ def _write(path: str, holder: Dict) -> None:
 @contextlib.contextmanager
 def _file_lock(path: str, model_dir: str):
   found = _read(path)
-  if found and time.time() - found.get('time', 0) < STALE_SECONDS:
-    raise _busy(model_dir, found)
+  if found is not None and _age(path, found) < STALE_SECONDS:
+    raise _busy(model_dir, found or None)
   holder = _holder()
   _write(path, holder)
   time.sleep(SETTLE_SECONDS)
   found = _read(path)
   if not found or found.get('token') != holder['token']:
-    raise _busy(model_dir, found)
+    raise _busy(model_dir, found or None)
   stop = threading.Event()
   beat = threading.Thread(target=_heartbeat, args=(path, holder, stop),
                           daemon=True)
