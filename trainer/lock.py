@@ -137,13 +137,13 @@ def _write(path: str, holder: Dict) -> None:
 def _file_lock(path: str, model_dir: str):
   found = _read(path)
   if found is not None and _age(path, found) < STALE_SECONDS:
-    raise _busy(model_dir, found or None)
+    raise _busy(model_dir, found)
   holder = _holder()
   _write(path, holder)
   time.sleep(SETTLE_SECONDS)
   found = _read(path)
   if not found or found.get('token') != holder['token']:
-    raise _busy(model_dir, found or None)
+    raise _busy(model_dir, found)
   stop = threading.Event()
   beat = threading.Thread(target=_heartbeat, args=(path, holder, stop),
                           daemon=True)
