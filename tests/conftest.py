@@ -15,6 +15,7 @@ import tempfile
 
 import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+import numpy as np
 import pytest
 
 import cli
@@ -84,6 +85,22 @@ def main_in_process(monkeypatch, capsys, run, *args):
   except SystemExit as exit_info:
     status = exit_info.code
   return status, capsys.readouterr().err
+
+
+# The same float32 values computed twice, in other batches, processes or
+# runners: TF picks other kernels (AVX-512 on one CPU, AVX2 on another), and
+# sums in another order round otherwise, by a few dozen float32 ulps. A real
+# change (another model, another document) moves them by far more.
+FLOAT32_TOLERANCE = {'rtol': 1e-5, 'atol': 1e-5}
+
+
+def assert_float32_close(actual, expected):
+  np.testing.assert_allclose(actual, expected, **FLOAT32_TOLERANCE)
+
+
+def float32_approx(expected):
+  return pytest.approx(expected, rel=FLOAT32_TOLERANCE['rtol'],
+                       abs=FLOAT32_TOLERANCE['atol'])
 
 
 def write_jsonl(path, rows):

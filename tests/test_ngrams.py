@@ -8,6 +8,7 @@ import pytest
 
 from schemas import serving
 from schemas import transformed
+from tests.conftest import assert_float32_close
 from tests.conftest import synthetic_reviews
 from trainer import calibration
 from trainer import data as data_lib
@@ -101,8 +102,8 @@ def test_prediction_does_not_depend_on_padded_length(kind):
   long.set_weights(short.get_weights())
   document = [5, 9, 3, 7, 9, 3, 44, 2]  # 8 tokens: longer than the clip
   padded = lambda n: np.array([document + [transformed.PAD_ID] * (n - 8)])
-  np.testing.assert_allclose(short.predict(padded(10), verbose=0),
-                             long.predict(padded(30), verbose=0), atol=1e-6)
+  assert_float32_close(short.predict(padded(10), verbose=0),
+                       long.predict(padded(30), verbose=0))
   # The n-gram branch does see the tokens: another document, another output.
   other = np.array([[5, 9, 3, 7, 9, 3, 2, 44, 0, 0]])
   assert not np.allclose(short.predict(other, verbose=0),
@@ -115,8 +116,8 @@ def test_nbsvm_model_saves_and_reloads_with_its_vocabulary(tmp_path):
   ids = np.random.RandomState(1).randint(0, 50, size=(4, 12))
   model.save(tmp_path / 'model.keras')
   reloaded = keras.models.load_model(tmp_path / 'model.keras')
-  np.testing.assert_allclose(model.predict(ids, verbose=0),
-                             reloaded.predict(ids, verbose=0), atol=1e-6)
+  assert_float32_close(model.predict(ids, verbose=0),
+                       reloaded.predict(ids, verbose=0))
 
 
 def test_token_clip_keeps_head_and_tail_and_maps_rare_ids_to_oov():

@@ -34,6 +34,7 @@ from schemas import scored
 from schemas import transformed
 from tests.conftest import REPO
 from tests.conftest import dead_letters
+from tests.conftest import float32_approx
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
 
@@ -146,7 +147,7 @@ def assert_same_scores(ours, reference):
     for column, value in theirs.items():
       if column.startswith(scored.PROBABILITY_PREFIX) or (
           column == scored.CONFIDENCE):
-        assert mine[column] == pytest.approx(value, abs=1e-5)
+        assert mine[column] == float32_approx(value)
       elif column != scored.SCORED_AT:
         assert mine[column] == value, column
 

@@ -36,12 +36,14 @@ from schemas import rejected
 from schemas import scored
 from schemas import serving
 from tests import s3
-from tests.conftest import REPO
+from tests.conftest import assert_float32_close
 from tests.conftest import beam_pipeline
 from tests.conftest import dead_letters
+from tests.conftest import float32_approx
+from tests.conftest import Poisoned
+from tests.conftest import REPO
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
-from tests.conftest import Poisoned
 from tests.conftest import write_jsonl
 from tests.test_trainer import tiny_export
 from serving import exports
@@ -134,8 +136,8 @@ def test_parquet_rows_match_the_schema_and_trainer_predict(scored_run,
   columns = scored.probability_columns(label_names)
   probabilities = np.stack([table.column(c).to_numpy() for c in columns], 1)
   np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
-  np.testing.assert_allclose(table.column(scored.CONFIDENCE).to_numpy(),
-                             probabilities.max(axis=1), atol=1e-6)
+  assert_float32_close(table.column(scored.CONFIDENCE).to_numpy(),
+                       probabilities.max(axis=1))
   assert set(table.column(scored.MODEL_VERSION).to_pylist()) == {
       manifest['model_version']}
 
@@ -147,8 +149,7 @@ def test_parquet_rows_match_the_schema_and_trainer_predict(scored_run,
     want = expected[row[scored.ID]]
     assert row[scored.LABEL] == want['label']
     for name, column in zip(label_names, columns):
-      assert row[column] == pytest.approx(want['probabilities'][name],
-                                          abs=1e-5)
+      assert row[column] == float32_approx(want['probabilities'][name])
     assert row['stars'] == stars[row[scored.ID]]
 
 
@@ -317,9 +318,8 @@ def test_multi_process_direct_runner_scores_the_same(scored_run, trained,
   # Batched otherwise, documents are cut to other lengths: the same sums
   # in another order.
   for column in probabilities:
-    np.testing.assert_allclose(ours.column(column).to_numpy(),
-                               in_memory.column(column).to_numpy(),
-                               rtol=0, atol=1e-6)
+    assert_float32_close(ours.column(column).to_numpy(),
+                         in_memory.column(column).to_numpy())
 
 
 def test_length_grouped_model_gives_the_signatures_outputs(trained):
@@ -338,12 +338,10 @@ def test_length_grouped_model_gives_the_signatures_outputs(trained):
     encoded = [t.encode() for t in batch]
     ours, plain = grouped(text=encoded), signature(text=encoded)
     assert ours[serving.LABEL].tolist() == plain[serving.LABEL].numpy().tolist()
-    np.testing.assert_allclose(ours[serving.PROBABILITIES],
-                               plain[serving.PROBABILITIES].numpy(),
-                               rtol=0, atol=1e-5)
-    np.testing.assert_allclose(ours[serving.CONFIDENCE],
-                               plain[serving.CONFIDENCE].numpy(),
-                               rtol=0, atol=1e-5)
+    assert_float32_close(ours[serving.PROBABILITIES],
+                         plain[serving.PROBABILITIES].numpy())
+    assert_float32_close(ours[serving.CONFIDENCE],
+                         plain[serving.CONFIDENCE].numpy())
 
 
 def test_bucket_lengths():

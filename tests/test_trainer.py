@@ -21,10 +21,12 @@ from pipeline import preprocess
 from schemas import raw
 from schemas import serving
 from schemas import transformed
+from tests.conftest import assert_float32_close
+from tests.conftest import float32_approx
 from tests.conftest import REPO
-from tests.conftest import TRAIN_FLAGS
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
+from tests.conftest import TRAIN_FLAGS
 from tests.conftest import write_jsonl
 from trainer import data as data_lib
 from trainer import evaluate
@@ -129,8 +131,8 @@ def test_predict_cli_matches_the_signature(trained):
   assert [p['label'] for p in printed] == [d['label'] for d in direct]
   for printed_row, direct_row in zip(printed, direct):
     for label, probability in direct_row['probabilities'].items():
-      assert printed_row['probabilities'][label] == pytest.approx(probability,
-                                                                  abs=1e-6)
+      assert printed_row['probabilities'][label] == float32_approx(
+          probability)
 
 
 # What Keras warned in every training run while it had to find the end of
@@ -346,8 +348,8 @@ def test_prediction_does_not_depend_on_padded_length():
   long.set_weights(short.get_weights())
   document = [5, 9, 3, 7]
   padded = lambda n: np.array([document + [transformed.PAD_ID] * (n - 4)])
-  np.testing.assert_allclose(short.predict(padded(10), verbose=0),
-                             long.predict(padded(30), verbose=0), atol=1e-6)
+  assert_float32_close(short.predict(padded(10), verbose=0),
+                       long.predict(padded(30), verbose=0))
 
 
 def test_embedding_shapes_mask_and_positions():
@@ -369,10 +371,9 @@ def test_bigram_embedding_adds_each_real_pair_and_nothing_at_padding():
               model_lib.sinusoidal_positions(4, 6))
   pairs = np.asarray(layer.bigram_embedding(
       np.array([(4 * 40 + 5) % 7, (5 * 40 + 6) % 7])))
-  np.testing.assert_allclose(embedded[0, :2], unigrams[0, :2] + pairs,
-                             atol=1e-6)
+  assert_float32_close(embedded[0, :2], unigrams[0, :2] + pairs)
   # The last word's pair and the padding's reach padding: unigrams only.
-  np.testing.assert_allclose(embedded[0, 2:], unigrams[0, 2:], atol=1e-6)
+  assert_float32_close(embedded[0, 2:], unigrams[0, 2:])
   # The same words in another order are another set of pairs.
   swapped = np.asarray(layer(np.array([[5, 4, 6, 0]])))
   assert not np.allclose(swapped.sum(axis=1), embedded.sum(axis=1), atol=1e-4)
@@ -399,8 +400,8 @@ def test_model_saves_and_reloads_with_its_custom_layers(tmp_path):
   ids = np.random.randint(0, 30, size=(3, 7))
   model.save(tmp_path / 'model.keras')
   reloaded = keras.models.load_model(tmp_path / 'model.keras')
-  np.testing.assert_allclose(model.predict(ids, verbose=0),
-                             reloaded.predict(ids, verbose=0), atol=1e-6)
+  assert_float32_close(model.predict(ids, verbose=0),
+                       reloaded.predict(ids, verbose=0))
   assert [l.name for l in reloaded.layers] == [l.name for l in model.layers]
   assert reloaded.get_layer('embedding').bigram_buckets == 11
   assert reloaded.get_layer('token_dropout').rate == 0.2
