@@ -11,6 +11,7 @@ from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.runners import runner as runners
+from apache_beam.runners.runner import PipelineState
 
 from cli import flags
 
@@ -123,5 +124,22 @@ def run_pipeline(pipeline_args: List[str],
   pipeline = beam.Pipeline(options=pipeline_options(pipeline_args))
   build(pipeline)
   result = pipeline.run()
-  result.wait_until_finish()
+  try:
+    result.wait_until_finish()
+  except BaseException:
+    _cancel(result)
+    raise
   return result
+
+
+def _cancel(result) -> None:
+  """Cancels the job behind ``result`` when the launcher stops waiting for
+  it (a signal, a failure): a cluster runner (Flink, Spark, Dataflow) would
+  otherwise run it on, writing into a staging folder that is being
+  removed. A job that has ended already, or a runner that cannot cancel,
+  leaves nothing to do."""
+  try:
+    if not PipelineState.is_terminal(result.state):
+      result.cancel()
+  except Exception as error:  # pylint: disable=broad-except
+    logging.warning('could not cancel the pipeline: %s', error)
