@@ -85,6 +85,7 @@ def test_run_inference_scores_as_the_signature_and_reports_its_metrics(
   result = pipeline.run()
   result.wait_until_finish()
   metrics = report.inference_metrics(result)
+  assert metrics['reported'] == 'committed'
   assert metrics['documents'] == 20
   assert metrics['batches'] == 3  # batches of at most 8
   assert metrics['model_loads'] >= 1

@@ -31,20 +31,24 @@ _INFERENCE_METRICS = (
 
 
 def inference_metrics(result) -> Dict:
-  """RunInference's standard metrics, summed over workers; empty on a
-  runner that reports no metrics."""
+  """RunInference's standard metrics, summed over workers, and ``reported``:
+  ``committed`` where the runner reports the values of bundles that
+  succeeded, ``attempted`` where it reports only those of every attempt
+  (retried bundles counted again), ``none`` where it reports none."""
   try:
     queried = result.metrics().query(
         MetricsFilter().with_namespace(INFERENCE_NAMESPACE))
   except Exception:  # pylint: disable=broad-except
-    return {}
-  by_name = {}
-  for kind in ('counters', 'distributions'):
-    for metric in queried[kind]:
-      by_name[metric.key.metric.name] = metric.committed
-  found = {}
+    queried = {}
+  metrics = [metric for kind in ('counters', 'distributions')
+             for metric in queried.get(kind, ())]
+  reported = ('committed' if any(m.committed is not None for m in metrics)
+              else 'attempted' if metrics else 'none')
+  by_name = {metric.key.metric.name: getattr(metric, reported)
+             for metric in metrics if reported != 'none'}
+  found = {'reported': reported}
   for key, name, part, scale in _INFERENCE_METRICS:
-    if name in by_name:
+    if by_name.get(name) is not None:
       value = by_name[name] if part is None else getattr(by_name[name], part)
       found[key] = value * scale if scale != 1 else value
   return found
