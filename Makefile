@@ -4,6 +4,9 @@
 # make test - set up .venv, run the test suite
 # make test-airflow - set up .venv and .venv-airflow, run the example DAG
 #            under Airflow (examples/airflow)
+# make test-runners - set up .venv, fetch the Flink, Spark and Prism runners
+#            (cached in ~/.cache/beam-text-classifier), run both jobs on each
+#            against the default runner
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -27,7 +30,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_PY := $(AIRFLOW_VENV)/bin/python
 AIRFLOW_CONSTRAINTS := examples/airflow/constraints.txt
 
-.PHONY: install run test test-airflow bench bench-train bench-score clean
+.PHONY: install run test test-runners test-airflow bench bench-train bench-score clean
 
 $(VENV)/.installed: setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,7 +55,11 @@ run: install
 	    --partition=dt=$$(date -u +%F)
 
 test: install
-	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests
+	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests -m 'not runners'
+
+test-runners: install
+	$(PY) -m clusters fetch all
+	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests -m runners
 
 $(AIRFLOW_VENV)/.installed: $(AIRFLOW_CONSTRAINTS)
 	test -x $(AIRFLOW_PY) || $(PYTHON) -m venv $(AIRFLOW_VENV)

@@ -1,0 +1,84 @@
+"""Long-running processes of a cluster: started with their output in a log
+file, waited for until they answer, and stopped whatever happens."""
+import contextlib
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import time
+import urllib.request
+from typing import Callable, Iterator, Optional, Sequence
+
+
+class ClusterError(Exception):
+  """A cluster process exited or did not come up in time."""
+
+
+def free_port() -> int:
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    return probe.getsockname()[1]
+
+
+def listens(port: int) -> bool:
+  with contextlib.suppress(OSError), socket.create_connection(
+      ('127.0.0.1', port), timeout=1):
+    return True
+  return False
+
+
+def get_json(url: str):
+  with urllib.request.urlopen(url, timeout=10) as response:
+    return json.load(response)
+
+
+def _tail(log: pathlib.Path) -> str:
+  with contextlib.suppress(OSError):
+    return log.read_text(errors='replace')[-2000:]
+  return ''
+
+
+@contextlib.contextmanager
+def started(command: Sequence, log: pathlib.Path,
+            env: Optional[dict] = None,
+            cwd: Optional[pathlib.Path] = None) -> Iterator[subprocess.Popen]:
+  """Runs ``command`` for the context, its output in ``log``; on the way out
+  SIGTERM, and SIGKILL if it is not gone in 30 s."""
+  log.parent.mkdir(parents=True, exist_ok=True)
+  with open(log, 'ab') as output:
+    process = subprocess.Popen([str(part) for part in command], stdout=output,
+                               stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                               start_new_session=True)
+  try:
+    yield process
+  finally:
+    process.terminate()
+    try:
+      process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+
+
+def wait_until(ready: Callable[[], bool], processes: Sequence, what: str,
+               seconds: float = 180) -> None:
+  """Polls ``ready`` until it holds; fails as soon as one of ``processes``
+  (``(Popen, log)`` pairs) exits, with the end of its log."""
+  deadline = time.monotonic() + seconds
+  while True:
+    for process, log in processes:
+      if process.poll() is not None:
+        raise ClusterError(f'{what}: {process.args[0]} exited with '
+                           f'{process.returncode}:\n{_tail(log)}')
+    with contextlib.suppress(OSError, ValueError):
+      if ready():
+        return
+    if time.monotonic() > deadline:
+      raise ClusterError(f'{what} did not come up in {seconds:.0f} s')
+    time.sleep(0.5)
+
+
+def java() -> str:
+  home = os.environ.get('JAVA_HOME')
+  return str(pathlib.Path(home, 'bin', 'java')) if home else 'java'

@@ -1,0 +1,200 @@
+"""What every cluster runner must give (tests/test_cluster_*.py): the default
+runner's preprocessing output and scores, exit 5 with nothing published for
+a model that fails on every batch, and a SIGTERM that leaves the published
+partition as it was, the cluster's job cancelled and no job server behind.
+Each check takes the runner's flags; the clusters come from ``clusters``."""
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import tensorflow as tf
+
+import cli
+from pipeline import preprocess
+from pipeline import score
+from schemas import raw
+from schemas import serving
+from tests.conftest import REPO
+from tests.conftest import dead_letters
+from tests.conftest import synthetic_reviews
+from tests.conftest import tree
+from tests.conftest import write_jsonl
+from tests.test_runners import parsed_examples
+from tests.test_runners import score_on_and_off
+from tests.test_runners import vocabularies
+
+
+
+def preprocesses_as_the_default_runner(flags, preprocessed_by_default,
+                                       output_dir):
+  job_flags, default_dir, default_stats = preprocessed_by_default
+  stats = preprocess.run(job_flags + [f'--output_dir={output_dir}', *flags])
+  assert stats == default_stats
+  assert stats['rejected_by_reason'] == {
+      'malformed_record': 1, 'empty_text': 1, 'missing_label': 1,
+      'label_not_in_train': 1}
+  assert vocabularies(output_dir) == vocabularies(default_dir)
+  for split in raw.SPLITS:
+    examples = parsed_examples(output_dir, split)
+    assert examples == parsed_examples(default_dir, split), split
+    assert len(examples) == stats['records']['written'][split] > 0
+  assert dead_letters(output_dir) == dead_letters(default_dir)
+
+
+def scores_as_the_default_runner(flags, trained, tmp_path, metrics):
+  """``metrics``: how the runner reports RunInference's metrics, as the
+  manifest says (committed, attempted)."""
+  rows = synthetic_reviews(300, 41)
+  manifest = score_on_and_off(flags, trained, tmp_path,
+                              rows + [{'id': 'bad', 'text': ''}])
+  assert manifest['counts']['scored'] == 300
+  assert manifest['counts']['rejected'] == 1
+  assert manifest['inference']['reported'] == metrics
+  assert manifest['inference']['documents'] == 300
+  assert manifest['inference'].get('failed_batches', 0) == 0
+  return manifest
+
+
+class _PoisonedClassifier(tf.Module):
+  """The trained export's serving signature, failing on any batch that holds
+  a document with 'poison' in it."""
+
+  def __init__(self, export_dir):
+    super().__init__()
+    self.real = tf.saved_model.load(export_dir)
+
+  @tf.function(input_signature=[
+      tf.TensorSpec([None], tf.string, name=serving.TEXT)])
+  def classify(self, text):
+    poisoned = tf.reduce_any(tf.strings.regex_full_match(text, '.*poison.*'))
+    tf.debugging.assert_equal(poisoned, False, message='poisoned batch')
+    return self.real.signatures[serving.SIGNATURE](text=text)
+
+
+def poisoned_export(export_dir, folder: pathlib.Path) -> pathlib.Path:
+  """A copy of the export that fails in every worker process on any batch
+  holding a 'poison' document: a model failure no monkeypatch of the
+  launcher could fake on a cluster."""
+  module = _PoisonedClassifier(export_dir)
+  tf.saved_model.save(module, str(folder),
+                      signatures={serving.SIGNATURE: module.classify})
+  shutil.copytree(pathlib.Path(export_dir, 'assets.extra'),
+                  folder / 'assets.extra')
+  return folder
+
+
+def publish_a_partition(trained, output_dir, rows=20):
+  """Scores a small corpus into output_dir/dt=1 on the default runner;
+  returns the folder's tree, which a failed or stopped run must leave."""
+  model_dir, _, _ = trained
+  corpus = write_jsonl(pathlib.Path(output_dir).parent / 'first.jsonl',
+                       synthetic_reviews(rows, 42))
+  score.run([f'--input={corpus}', f'--model_dir={model_dir}',
+             f'--output_dir={output_dir}', '--partition=dt=1'])
+  return tree(output_dir)
+
+
+def start_scoring(args):
+  return subprocess.Popen([sys.executable, '-m', 'pipeline.score', *args],
+                          cwd=REPO, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def a_failing_model_publishes_nothing(flags, trained, tmp_path):
+  _, export_dir, _ = trained
+  output_dir = tmp_path / 'scores'
+  published = publish_a_partition(trained, output_dir)
+  # The first documents pass the launcher's check of the model; every
+  # batch after them holds poison.
+  rows = synthetic_reviews(60, 43)
+  for row in rows[9:]:
+    row['text'] += ' poison'
+  corpus = write_jsonl(tmp_path / 'poisoned.jsonl', rows)
+  model = poisoned_export(export_dir, tmp_path / 'poisoned-export')
+  process = start_scoring([f'--input={corpus}', f'--model_dir={model}',
+                           f'--output_dir={output_dir}', '--partition=dt=1',
+                           '--batch_size=20', *flags])
+  _, stderr = process.communicate(timeout=600)
+  assert process.returncode == cli.EXIT_MODEL_FAILED, stderr[-3000:]
+  errors = [line for line in stderr.splitlines()
+            if line.startswith('error: ')]
+  # However the runner cut the batches, each failed whole, then document by
+  # document.
+  assert len(errors) == 1 and re.match(
+      r'error: the model failed on \d+ documents of a batch, each alone '
+      r'.*InvalidArgumentError', errors[0]), errors
+  assert tree(output_dir) == published
+
+
+def children(pid: int):
+  """The processes whose parent is ``pid`` (a runner's job server or Prism)."""
+  found = []
+  for entry in os.listdir('/proc'):
+    if entry.isdigit():
+      try:
+        with open(f'/proc/{entry}/stat', encoding='utf-8') as stat:
+          fields = stat.read().rsplit(')', 1)[1].split()
+      except OSError:
+        continue
+      if int(fields[1]) == pid:
+        found.append(int(entry))
+  return found
+
+
+def command_line(pid: int) -> str:
+  try:
+    with open(f'/proc/{pid}/cmdline', 'rb') as cmdline:
+      return cmdline.read().replace(b'\0', b' ').decode(errors='replace')
+  except OSError:
+    return ''
+
+
+def alive(pid: int) -> bool:
+  try:
+    with open(f'/proc/{pid}/stat', encoding='utf-8') as stat:
+      return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except OSError:
+    return False
+
+
+def wait_for(condition, seconds=300, process=None):
+  """Polls ``condition`` until it holds (while ``process`` runs)."""
+  deadline = time.monotonic() + seconds
+  while not condition():
+    if process is not None:
+      assert process.poll() is None, process.stderr.read()[-3000:]
+    assert time.monotonic() < deadline, 'timed out'
+    time.sleep(0.2)
+
+
+def sigterm_cancels_the_job(flags, trained, tmp_path, job_running,
+                            job_cancelled=lambda name: True):
+  """SIGTERM to a launcher whose job runs on the cluster: exit 143, the
+  published partition as it was, the cluster's job cancelled
+  (``job_cancelled(name)`` comes true) and every process the launcher
+  started gone. ``job_running(name, launcher)``: the cluster runs the job
+  named ``name`` that the process ``launcher`` submitted."""
+  model_dir, _, _ = trained
+  output_dir = tmp_path / 'scores'
+  published = publish_a_partition(trained, output_dir)
+  corpus = write_jsonl(tmp_path / 'large.jsonl',
+                       synthetic_reviews(100_000, 44))
+  name = f'sigterm-{os.getpid()}-{time.monotonic_ns()}'
+  process = start_scoring([f'--input={corpus}', f'--model_dir={model_dir}',
+                           f'--output_dir={output_dir}', '--partition=dt=1',
+                           f'--job_name={name}', *flags])
+  wait_for(lambda: job_running(name, process), process=process)
+  started = children(process.pid)
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == cli.EXIT_TERMINATED, stderr[-3000:]
+  assert stderr.splitlines()[-1] == (
+      'error: stopped by SIGTERM; nothing was published')
+  assert tree(output_dir) == published
+  wait_for(lambda: job_cancelled(name), seconds=60)
+  wait_for(lambda: not any(alive(pid) for pid in started), seconds=60)
