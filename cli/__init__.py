@@ -8,6 +8,7 @@ input it cannot list); a full or read-only disk, SIGTERM and SIGINT are
 recognised whatever a runner made of them; anything else is a failure of
 its own status, 1.
 """
+import atexit
 import errno
 import functools
 import logging
@@ -136,7 +137,10 @@ def _stop(signum, frame, silence: bool):
 
 
 # Libraries that log every stage at INFO, and a traceback with each error.
-_LIBRARIES = ('apache_beam', 'tensorflow', 'absl', 'tensorflow_transform')
+_LIBRARIES = ('apache_beam', 'tensorflow', 'absl', 'tensorflow_transform',
+              # The job servers a runner starts, whose every log line Beam
+              # passes on under a logger of the server's class name.
+              'FlinkJarJobServer', 'SparkJarJobServer', 'PrismJobServer')
 
 
 class _WithoutTracebacks(logging.Filter):
@@ -181,8 +185,11 @@ def _outcome(error: BaseException):
 def _exit_at_once(status: int) -> None:
   """Ends a stopped run, which has unwound already, without the
   interpreter's exit: that joins every thread, and one the stop left
-  waiting (on a lock, on a queue) would keep the process forever."""
+  waiting (on a lock, on a queue) would keep the process forever. The
+  exit handlers still run: a runner stops the job server it started there
+  (Flink's and Spark's are JVMs that would outlive the launcher)."""
   sys.stdout.flush()
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
   os._exit(status)  # pylint: disable=protected-access
 
 

@@ -2,12 +2,17 @@
 pipeline."""
 import argparse
 import importlib
+import json
 import logging
 from typing import Callable, List, Optional, Sequence
+import urllib.request
+import uuid
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options import pipeline_options
+from apache_beam.options.pipeline_options import FlinkRunnerOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.runners import runner as runners
@@ -104,7 +109,23 @@ def pipeline_options(pipeline_args: List[str]) -> PipelineOptions:
   standard = options.view_as(StandardOptions)
   if standard.runner is None:
     standard.runner = DEFAULT_RUNNER
+  if _flink_rest_url(options):
+    names = options.view_as(GoogleCloudOptions)
+    # The name the Flink cluster gives the job: how _cancel finds it.
+    names.job_name = names.job_name or f'beam-text-classifier-{uuid.uuid4()}'
   return options
+
+
+def _flink_rest_url(options: PipelineOptions) -> Optional[str]:
+  """The REST address of the Flink cluster a FlinkRunner job goes to; None
+  for another runner, or Flink's embedded mini-cluster."""
+  if options.view_as(StandardOptions).runner not in ('FlinkRunner',
+                                                     'flink'):
+    return None
+  master = options.view_as(FlinkRunnerOptions).flink_master.strip()
+  if master.startswith('['):  # [local], [auto], [collection]
+    return None
+  return master if '://' in master else f'http://{master}'
 
 
 def configure_filesystems(pipeline_args: List[str]) -> None:
@@ -121,18 +142,19 @@ def run_pipeline(pipeline_args: List[str],
   if not any(isinstance(f, _WithoutEmptySinkNotice)
              for f in _SINK_LOGGER.filters):
     _SINK_LOGGER.addFilter(_WithoutEmptySinkNotice())
-  pipeline = beam.Pipeline(options=pipeline_options(pipeline_args))
+  options = pipeline_options(pipeline_args)
+  pipeline = beam.Pipeline(options=options)
   build(pipeline)
   result = pipeline.run()
   try:
     result.wait_until_finish()
   except BaseException:
-    _cancel(result)
+    _cancel(result, options)
     raise
   return result
 
 
-def _cancel(result) -> None:
+def _cancel(result, options: PipelineOptions) -> None:
   """Cancels the job behind ``result`` when the launcher stops waiting for
   it (a signal, a failure): a cluster runner (Flink, Spark, Dataflow) would
   otherwise run it on, writing into a staging folder that is being
@@ -143,3 +165,27 @@ def _cancel(result) -> None:
       result.cancel()
   except Exception as error:  # pylint: disable=broad-except
     logging.warning('could not cancel the pipeline: %s', error)
+  rest_url = _flink_rest_url(options)
+  if rest_url:
+    _cancel_on_flink(rest_url, options.view_as(GoogleCloudOptions).job_name)
+
+
+_FLINK_ENDED = ('FINISHED', 'CANCELED', 'FAILED')
+
+
+def _cancel_on_flink(rest_url: str, job_name: str) -> None:
+  """Beam's Flink job server marks a job cancelled without cancelling it
+  on a remote cluster: Flink's REST API does, by the job's name."""
+  try:
+    with urllib.request.urlopen(f'{rest_url}/jobs/overview',
+                                timeout=10) as response:
+      found = json.load(response)['jobs']
+    for job in found:
+      if job['name'] == job_name and job['state'] not in _FLINK_ENDED:
+        urllib.request.urlopen(urllib.request.Request(
+            f'{rest_url}/jobs/{job["jid"]}?mode=cancel', method='PATCH'),
+                               timeout=10).close()
+  except (OSError, ValueError, KeyError) as error:
+    logging.warning('could not cancel the job on Flink at %s: %s', rest_url,
+                    error)
+
