@@ -2,16 +2,21 @@
 runners the jobs are timed on."""
 import argparse
 import contextlib
+import functools
 import importlib
 import os
+import pathlib
 import platform
 import resource
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The checkout's clusters package, which no install holds.
+sys.path.append(_REPO)
 
 
 def run_process(command, env=None):
@@ -92,13 +97,39 @@ def dask_cluster(workers: int, job_module: str):
       process.wait()
 
 
+def _descendant_peaks(pid: int):
+  """The peak memory (VmHWM) in MiB of each process below ``pid`` (a worker
+  pool's SDK workers, which it keeps a while after a job)."""
+  parents = {}
+  for entry in os.listdir('/proc'):
+    if entry.isdigit():
+      with contextlib.suppress(OSError):
+        with open(f'/proc/{entry}/stat', encoding='utf-8') as stat:
+          parents[int(entry)] = int(stat.read().rsplit(')', 1)[1].split()[1])
+  below, frontier = set(), {pid}
+  while frontier:
+    frontier = {child for child, parent in parents.items()
+                if parent in frontier} - below
+    below |= frontier
+  peaks = []
+  for child in below:
+    with contextlib.suppress(OSError):
+      with open(f'/proc/{child}/status', encoding='utf-8') as status:
+        for line in status:
+          if line.startswith('VmHWM:'):
+            peaks.append(int(line.split()[1]) / 1024)
+  return sorted(peaks) or [0]
+
+
 def add_runner_arguments(parser: argparse.ArgumentParser,
                          modes: str) -> None:
   """--modes (the runners a job is timed on, ``modes`` by default) and the
   Dask cluster's --dask_workers and --dask_npartitions."""
   parser.add_argument('--modes', default=modes,
                       help='Comma-separated runners for our job: in_memory, '
-                      'multi_processing (DirectRunner), dask.')
+                      'multi_processing (DirectRunner), dask, flink (a '
+                      'session cluster of a slot per core), spark (a '
+                      'standalone cluster of a core per core), prism.')
   parser.add_argument('--dask_workers', type=int, default=os.cpu_count(),
                       help='Single-threaded worker processes of the Dask '
                       'cluster.')
@@ -120,6 +151,22 @@ def runner_flags(args, mode: str, stack: contextlib.ExitStack,
     if args.dask_npartitions:
       flags.append(f'--dask_npartitions={args.dask_npartitions}')
     return flags, worker_peaks
+  if mode in ('flink', 'spark'):
+    # pylint: disable=import-outside-toplevel
+    from clusters import flink
+    from clusters import spark
+    run_dir = pathlib.Path(stack.enter_context(
+        tempfile.TemporaryDirectory(prefix=f'{mode}-')))
+    cluster = stack.enter_context(
+        flink.session_cluster(run_dir, slots=os.cpu_count())
+        if mode == 'flink' else
+        spark.standalone_cluster(run_dir, cores=os.cpu_count()))
+    return cluster.runner_flags, functools.partial(
+        _descendant_peaks, cluster.worker_pool.pid)
+  if mode == 'prism':
+    from clusters import artifacts  # pylint: disable=import-outside-toplevel
+    artifacts.prism_binary()
+    return ['--runner=PrismRunner'], None
   workers = os.cpu_count() if mode == 'multi_processing' else 1
   return [f'--direct_running_mode={mode}',
           f'--direct_num_workers={workers}'], None
