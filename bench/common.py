@@ -2,7 +2,6 @@
 runners the jobs are timed on."""
 import argparse
 import contextlib
-import functools
 import importlib
 import os
 import pathlib
@@ -12,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,9 +97,9 @@ def dask_cluster(workers: int, job_module: str):
       process.wait()
 
 
-def _descendant_peaks(pid: int):
-  """The peak memory (VmHWM) in MiB of each process below ``pid`` (a worker
-  pool's SDK workers, which it keeps a while after a job)."""
+def _descendant_peaks(pid: int) -> dict:
+  """{process: its peak memory (VmHWM) in MiB} of each process below
+  ``pid``."""
   parents = {}
   for entry in os.listdir('/proc'):
     if entry.isdigit():
@@ -111,14 +111,34 @@ def _descendant_peaks(pid: int):
     frontier = {child for child, parent in parents.items()
                 if parent in frontier} - below
     below |= frontier
-  peaks = []
+  peaks = {}
   for child in below:
     with contextlib.suppress(OSError):
       with open(f'/proc/{child}/status', encoding='utf-8') as status:
         for line in status:
           if line.startswith('VmHWM:'):
-            peaks.append(int(line.split()[1]) / 1024)
-  return sorted(peaks) or [0]
+            peaks[child] = int(line.split()[1]) / 1024
+  return peaks
+
+
+@contextlib.contextmanager
+def _sampled_peaks(pid: int):
+  """Samples the peak memory of the processes below ``pid`` (a worker
+  pool's SDK workers, which end with each job) every 0.2 s while the
+  context lasts; yields a function that returns each one's peak in MiB."""
+  peaks, done = {}, threading.Event()
+
+  def sample():
+    while not done.wait(0.2):
+      peaks.update(_descendant_peaks(pid))
+
+  sampler = threading.Thread(target=sample, daemon=True)
+  sampler.start()
+  try:
+    yield lambda: sorted(peaks.values()) or [0]
+  finally:
+    done.set()
+    sampler.join()
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser,
@@ -161,8 +181,8 @@ def runner_flags(args, mode: str, stack: contextlib.ExitStack,
         flink.session_cluster(run_dir, slots=os.cpu_count())
         if mode == 'flink' else
         spark.standalone_cluster(run_dir, cores=os.cpu_count()))
-    return cluster.runner_flags, functools.partial(
-        _descendant_peaks, cluster.worker_pool.pid)
+    return cluster.runner_flags, stack.enter_context(
+        _sampled_peaks(cluster.worker_pool.pid))
   if mode == 'prism':
     from clusters import artifacts  # pylint: disable=import-outside-toplevel
     artifacts.prism_binary()

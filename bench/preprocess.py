@@ -10,14 +10,17 @@ padding and gzip TFRecords of the same tf.Examples, batched) and our job
 on DirectRunner's engine in in-memory and in multi-process mode, or, with
 --modes, on a dask.distributed cluster on 127.0.0.1 (a scheduler and a
 single-threaded worker process per core, started and with our modules
-imported before the timing; its workers' peak memory is reported apart).
+imported before the timing; its workers' peak memory is reported apart),
+on a Flink session cluster or a Spark standalone cluster (``clusters``,
+the same way), or on Prism.
 Checks that every run of the job wrote the baseline's vocabularies and
 every one of its examples, then reports documents/s, wall time, peak
 memory and the ratio to the baseline.
 
     python bench/preprocess.py [--cache ../shared/datasets] [--work DIR]
         [--format=tree|jsonl] [--docs=N]
-        [--modes=in_memory,multi_processing,dask] [--dask_workers=N]
+        [--modes=in_memory,multi_processing,dask,flink,spark,prism]
+        [--dask_workers=N]
         [--dask_npartitions=N]
 """
 import contextlib

@@ -14,15 +14,19 @@ its own, so that peak memory is measured apart:
 - ours: ``python -m pipeline.score`` with its default flags (batches of
   ``pipeline.score.BATCH_SIZE`` documents grouped by length) and runner
   (FnApiRunner), in memory and, with --modes, in multi_processing mode
-  with a worker per core, or on a dask.distributed cluster on 127.0.0.1
+  with a worker per core, on a dask.distributed cluster on 127.0.0.1
   (a scheduler and a single-threaded worker process per core, or
   --dask_workers, started and with our modules imported before the
-  timing; the peak memory of its worker processes is reported apart from
-  the launcher's),
+  timing), on a Flink session cluster of a slot per core, a Spark
+  standalone cluster of a core per core (``clusters``: started before the
+  timing, SDK workers in an EXTERNAL worker pool) or on Prism; the peak
+  memory of Dask's worker processes and of the clusters' SDK workers is
+  reported apart from the launcher's,
   writing partitioned Parquet, dead letters and the manifest.
 
     python bench/score.py [--model_dir=DIR] [--docs=100000[,1000000]]
-        [--repeats=N] [--modes=in_memory,multi_processing,dask]
+        [--repeats=N]
+        [--modes=in_memory,multi_processing,dask,flink,spark,prism]
         [--dask_workers=N] [--dask_npartitions=N]
 
 Without --model_dir, the seed-configuration model is trained first, as
