@@ -12,6 +12,7 @@ from typing import Dict, List, Tuple
 import tensorflow as tf
 
 from schemas import serving
+from schemas import transformed
 
 
 class ExportError(Exception):
@@ -76,6 +77,14 @@ def load_metadata(export_dir: str) -> Dict:
           all(isinstance(name, str) for name in names)):
     raise ExportError(f'{path} has no label_names (a list of the class '
                       'names)')
+  if len(set(names)) != len(names):
+    raise ExportError(f'{path} names a label twice: {names}')
+  # A staged export, evaluated before it is given a version, has none yet;
+  # a published one always has.
+  version = metadata.get('version', 0)
+  if not (type(version) is int and 0 <= version < 2**63):  # pylint: disable=unidiomatic-typecheck
+    raise ExportError(f'{path} has no version (a whole number below 2^63, '
+                      f'as the version folders are named): {version!r}')
   return metadata
 
 
@@ -90,7 +99,52 @@ def load(model_dir: str) -> Tuple[object, Dict]:
   signature = loaded.signatures[serving.SIGNATURE]
   # Keep the loaded object alive as long as its signature is used.
   signature.loaded_object = loaded
+  check_against_graph(signature, metadata, path)
   return signature, metadata
+
+
+# Texts the graph answers when its metadata is checked: any will do.
+_PROBE_TEXTS = ('the', 'a b c d')
+
+
+def check_against_graph(signature, metadata: Dict, path: str) -> None:
+  """ExportError unless the metadata describes the graph it sits beside:
+  as many label names as the graph has probabilities, each answer's label
+  the name of its most probable class, and the label vocabulary the graph
+  was built with (its ``assets/labels``) in the same order. A metadata file
+  edited or copied from another export would otherwise relabel every
+  prediction."""
+  names = metadata['label_names']
+  problem = None
+  vocabulary_file = posixpath.join(path, 'assets',
+                                   transformed.LABEL_VOCABULARY)
+  if tf.io.gfile.exists(vocabulary_file):
+    with tf.io.gfile.GFile(vocabulary_file) as handle:
+      vocabulary = handle.read().splitlines()
+    if vocabulary != names:
+      problem = (f'its label vocabulary is {vocabulary}, the metadata\'s '
+                 f'label_names {names}')
+  if problem is None:
+    try:
+      outputs = signature(text=tf.constant([t.encode() for t in
+                                            _PROBE_TEXTS]))
+      probabilities = outputs[serving.PROBABILITIES].numpy()
+      labels = [label.decode('utf-8', 'replace')
+                for label in outputs[serving.LABEL].numpy()]
+    except Exception:  # pylint: disable=broad-except
+      # A model that fails on any text is the scoring job's to report, as
+      # the model failing (its own exit status), not as its metadata.
+      return
+    if probabilities.ndim != 2 or probabilities.shape[1] != len(names):
+      problem = (f'it answers {probabilities.shape[-1]} probabilities, the '
+                 f'metadata names {len(names)} labels {names}')
+    elif labels != [names[i] for i in probabilities.argmax(axis=1)]:
+      problem = (f'it labels its most probable classes {labels}, the '
+                 f'metadata\'s label_names {names} call them '
+                 f'{[names[i] for i in probabilities.argmax(axis=1)]}')
+  if problem:
+    raise ExportError(f'{posixpath.join(path, serving.METADATA_FILE)} does '
+                      f'not describe the model beside it: {problem}')
 
 
 def add_metadata(export_dir: str, sections: Dict) -> None:

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -302,6 +303,42 @@ def test_metadata_without_label_names_is_an_export_error(tmp_path):
     exports.load(str(tmp_path))
   with pytest.raises(cli.JobError, match='label_names'):
     predict.run([f'--model_dir={tmp_path}', 'some text'])
+
+
+@pytest.mark.parametrize('edit, message', [
+    (lambda m: {**m, 'label_names': m['label_names'][::-1]},
+     'label vocabulary is'),
+    (lambda m: {**m, 'label_names': m['label_names'] + ['meh']},
+     'label vocabulary is'),
+    (lambda m: {**m, 'label_names': [m['label_names'][0]] * 2},
+     'names a label twice'),
+    (lambda m: {**m, 'version': str(m['version'])}, 'no version'),
+    (lambda m: {**m, 'version': 2**63}, 'no version'),
+    (lambda m: {**m, 'version': True}, 'no version'),
+])
+def test_metadata_that_does_not_describe_its_graph_is_refused(
+    trained, tmp_path, edit, message):
+  """Every job that loads an export checks its metadata against the graph:
+  one error line and exit 2, not labels flipped or a traceback later."""
+  _, export_dir, _ = trained
+  copy = pathlib.Path(shutil.copytree(export_dir, tmp_path / 'export'))
+  metadata = json.loads((copy / serving.METADATA_FILE).read_text())
+  (copy / serving.METADATA_FILE).write_text(json.dumps(edit(metadata)))
+  with pytest.raises(exports.ExportError, match=message):
+    exports.load(str(copy))
+  result = run_module('trainer.predict', f'--model_dir={copy}', 'superb')
+  assert result.returncode == cli.EXIT_JOB_ERROR
+  assert result.stderr.splitlines()[-1].startswith('error: ') and (
+      message in result.stderr), result.stderr[-2000:]
+  assert not result.stdout
+
+
+def test_a_graph_whose_labels_contradict_the_metadata_is_refused(tmp_path):
+  """No vocabulary file to compare with: the graph's own answers are."""
+  tiny_export(tmp_path / serving.EXPORT_DIR / '1',
+              {'version': 1, 'label_names': ['pos', 'neg']})
+  with pytest.raises(exports.ExportError, match='most probable'):
+    exports.load(str(tmp_path))
 
 
 def test_predict_prints_no_cuda_lines_on_a_machine_without_a_gpu(tmp_path):

@@ -21,19 +21,34 @@ from serving import exports
 from serving import length_groups
 
 
+# A hive-style partition folder, key=value, in the characters every reader
+# of the output (pyarrow, pandas, DuckDB, Spark, BigQuery) takes as they are:
+# no second '=', no '%' escapes, no wildcards or spaces, and a value that
+# starts with a letter or digit, so never hidden, never Hive's null
+# (__HIVE_DEFAULT_PARTITION__) and never a name a partition holds.
+_PARTITION_SEGMENT = re.compile(
+    r'(?P<key>[A-Za-z][A-Za-z0-9_]*)=(?P<value>[A-Za-z0-9][A-Za-z0-9._+-]*)')
+
+
 def check_partition(partition: str) -> str:
-  """The partition as a relative path; ValueError when it is not a safe one:
-  empty (which would be the whole output), leaving the output, hidden from
-  readers, unprintable, or named like the files of a partition."""
+  """The partition as a relative path; ValueError unless every folder of it
+  is ``key=value`` in the characters every reader takes as they are
+  (``_PARTITION_SEGMENT``): an empty one would be the whole output, a
+  segment without a key (``dt=2026/11/25``) a folder readers skip or take
+  for another key's value."""
   segments = partition.strip('/').split('/')
+  keys = []
   for segment in segments:
-    if (segment in ('', '.', '..') or segment[0] in '._' or
-        segment.startswith(scored.FILE_PREFIX + '-') or
-        not segment.isprintable() or re.search(r'[\s*?\[\]\\]', segment)):
+    match = _PARTITION_SEGMENT.fullmatch(segment)
+    if not match:
       raise ValueError(
-          f'bad --partition {partition!r}: use folder names such as '
-          'dt=2026-11-21 (no spaces or wildcards, none starting with . or _ '
-          f'or {scored.FILE_PREFIX}-)')
+          f'bad --partition {partition!r}: each folder must be key=value, '
+          'such as dt=2026-11-21 or dt=2026-11-21/hour=03 (a key of letters, '
+          'digits and _; a value of letters, digits and . _ + -, starting '
+          'with a letter or digit)')
+    keys.append(match.group('key').lower())
+  if len(set(keys)) != len(keys):
+    raise ValueError(f'bad --partition {partition!r}: a key appears twice')
   return '/'.join(segments)
 
 
@@ -157,6 +172,9 @@ def settings_from_args(args) -> Settings:
         keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
     export_dir = exports.resolve(args.model_dir)
     metadata = exports.load_metadata(export_dir)
+    if 'version' not in metadata:
+      raise ValueError(f'{export_dir} has no version in its metadata: an '
+                       'export the trainer never finished')
     check_kept_columns(kept, metadata['label_names'], partition)
     by_field = kept_fields.schema(pattern, config)
     kept_schema = pa.schema([by_field.field(field).with_name(column)
