@@ -63,8 +63,10 @@ def parse_args(argv):
                       'is used) or one export version folder.')
   parser.add_argument('--output_dir', required=True)
   parser.add_argument('--partition', default=None,
-                      help='Sub-folder of output_dir for this run, e.g. '
-                      'dt=2026-11-21; a rerun replaces it whole.')
+                      help='Sub-folder of output_dir for this run, '
+                      'hive-style: key=value folders such as dt=2026-11-21 '
+                      'or dt=2026-11-21/hour=03, keyed as the partitions '
+                      'already there; a rerun replaces it whole.')
   parser.add_argument('--overwrite', action='store_true',
                       help='Replace the output folder even if this job did '
                       'not write it, or it holds other partitions.')

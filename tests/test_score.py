@@ -14,6 +14,8 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 import apache_beam as beam
 import duckdb
+import hypothesis
+from hypothesis import strategies as st
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -503,9 +505,41 @@ def test_partition_names_are_checked():
   for bad in ('', '..', 'dt=1/../x', '.hidden', '_tmp', 'dt=*', 'a//b', ' ',
               '\n', 'dt=1 ', 'dt=1\n', 'dt= 1', 'dt=1/\thour=2', '_rejected',
               '_manifest.json', '_SUCCESS', 'part-00000-of-00001.parquet',
-              'dt=1/part-0'):
+              'dt=1/part-0',
+              # What readers misread: a folder without a key (a partition
+              # inside a published one, or a date cut into folders), a value
+              # holding '=' or a '%' escape, Hive's null, an empty value, a
+              # key given twice.
+              'dt=2026-11-24/rerun', 'dt=2026/11/25', 'dt=2026-11-25=retry',
+              'dt=__HIVE_DEFAULT_PARTITION__', 'dt=', '=1', 'dt=a%2Fb',
+              'dt=1/DT=2', 'dt=_x', 'dt=.x', 'd t=1', 'dt=1,2'):
     with pytest.raises(ValueError):
       settings_lib.check_partition(bad)
+
+
+@hypothesis.settings(max_examples=300, derandomize=True, deadline=None)
+@hypothesis.given(st.lists(st.tuples(
+    st.one_of(st.text(min_size=1, max_size=8),
+              st.from_regex(r'[A-Za-z][A-Za-z0-9_]{0,7}', fullmatch=True)),
+    st.one_of(st.text(min_size=1, max_size=12),
+              st.from_regex(r'[A-Za-z0-9][A-Za-z0-9._+-]{0,11}',
+                            fullmatch=True))), min_size=1, max_size=3))
+def test_a_partition_accepted_is_read_back_as_given(tmp_path_factory, pairs):
+  """Whatever keys and values: a partition the job accepts is read back by
+  pyarrow's hive partitioning with every key and value as given."""
+  partition = '/'.join(f'{key}={value}' for key, value in pairs)
+  try:
+    checked = settings_lib.check_partition(partition)
+  except ValueError:
+    return
+  root = tmp_path_factory.mktemp('hive')
+  (root / checked).mkdir(parents=True)
+  # A column no key can be named (keys start with a letter).
+  pq.write_table(pa.table({'_n': [1]}), root / checked / 'part.parquet')
+  read = ds.dataset(str(root), format='parquet', partitioning=ds.partitioning(
+      flavor='hive', schema=pa.schema([(key, pa.string())
+                                       for key, _ in pairs]))).to_table()
+  assert {key: read.column(key)[0].as_py() for key, _ in pairs} == dict(pairs)
 
 
 def test_kept_field_types_come_from_the_input(tmp_path):
