@@ -56,6 +56,45 @@ def test_staging_is_a_hidden_sibling_of_the_output_root(tmp_path):
   assert listing(root) == ['dt=5/hour=01/_SUCCESS', f'dt=5/hour=01/{PART}']
 
 
+def modes(folder):
+  """The permission bits of ``folder`` and everything below it."""
+  found = {'.': oct(os.stat(folder).st_mode & 0o777)}
+  for parent, names, files in os.walk(folder):
+    for name in names + files:
+      path = os.path.join(parent, name)
+      found[os.path.relpath(path, folder)] = oct(os.stat(path).st_mode & 0o777)
+  return found
+
+
+@pytest.mark.parametrize('partition', ['', 'dt=1'])
+def test_a_rerun_keeps_the_permissions_of_what_it_replaces(tmp_path,
+                                                           partition):
+  """An output an operator made private stays private: the rerun's folders
+  get the old folder's mode and its files the old files' (the bits they
+  all share); while it runs, its staging is no more open than the output."""
+  root = tmp_path / 'scores'
+  files = [PART, '_SUCCESS', '_rejected/rejected-00000-of-00001.jsonl']
+  publish(root, files, partition=partition)
+  output = root / partition
+  for parent, names, found in os.walk(output):
+    os.chmod(parent, 0o700)
+    for name in found:
+      os.chmod(os.path.join(parent, name), 0o600)
+  if partition:
+    os.chmod(root, 0o750)
+  with outputs.staged(str(root), partition=partition,
+                      layout=LAYOUT) as staged:
+    for relative in files:
+      write(staged.staging_dir, relative)
+    assert os.stat(staged.staging_dir).st_mode & 0o777 == 0o700
+    assert os.stat(outputs.staging_root(str(root))).st_mode & 0o777 == 0o700
+    staged.publish()
+  assert set(modes(output).values()) == {oct(0o700), oct(0o600)}
+  assert modes(output)['.'] == oct(0o700)
+  assert modes(output)['_rejected'] == oct(0o700)
+  assert modes(output)[PART] == oct(0o600)
+
+
 def test_only_what_the_job_wrote_as_output_is_published(tmp_path):
   root = tmp_path / 'scores'
   publish(root, [PART, '_SUCCESS', '_rejected/rejected-00000-of-00001.jsonl',

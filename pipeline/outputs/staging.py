@@ -3,6 +3,7 @@ import logging
 import os
 import posixpath
 import re
+import stat
 import time
 import uuid
 from typing import Callable
@@ -44,6 +45,28 @@ def staging_root(root: str) -> str:
 
 def _device(path: str) -> int:
   return os.stat(path).st_dev
+
+
+def _permissions(path: str) -> int:
+  return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _keep_permissions(previous: str, replacement: str) -> None:
+  """Gives the folders of ``replacement`` the permissions of ``previous``,
+  the output it replaces, and its files those every file of ``previous``
+  had (the bits all of them share): an output an operator made private
+  stays private after a rerun."""
+  folder_mode = _permissions(previous)
+  file_mode = None
+  for parent, _, names in os.walk(previous):
+    for name in names:
+      mode = _permissions(os.path.join(parent, name))
+      file_mode = mode if file_mode is None else file_mode & mode
+  for parent, _, names in os.walk(replacement):
+    os.chmod(parent, folder_mode)
+    if file_mode is not None:
+      for name in names:
+        os.chmod(os.path.join(parent, name), file_mode)
 
 
 class StagedOutput:
@@ -128,6 +151,14 @@ class StagedOutput:
     except Exception as error:  # pylint: disable=broad-except
       raise OutputError(
           f'cannot write to {self.final_dir}: {error}') from error
+    if files.is_local(self.root) and os.path.isdir(self.root):
+      # No more open than the output it will replace: what a failed run
+      # keeps here (its dead letters) is the output's data too.
+      mode = _permissions(self.root)
+      if os.path.isdir(self.final_dir):
+        mode &= _permissions(self.final_dir)
+      for folder in (self._staging_root, self.staging_dir):
+        os.chmod(folder, mode)
     if (files.is_local(self.root) and os.path.isdir(self.root) and
         _device(self.root) != _device(self._staging_root)):
       raise OutputError(
@@ -186,6 +217,7 @@ class StagedOutput:
       os.makedirs(os.path.dirname(self.final_dir), exist_ok=True)
       os.rename(self.staging_dir, self.final_dir)
       return
+    _keep_permissions(self.final_dir, self.staging_dir)
     if not swap.exchange(self.staging_dir, self.final_dir):
       # A file system without the swap: the old output is moved aside, for
       # the moment between two renames.
