@@ -32,6 +32,8 @@ EXIT_MODEL_FAILED = 5
 # Stopped by a signal: 128 + its number.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
+# Standard output's reader went away.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 VERBOSE_FLAG = '--verbose'
 
 
@@ -193,6 +195,14 @@ def _exit_at_once(status: int) -> None:
   os._exit(status)  # pylint: disable=protected-access
 
 
+def _drop_stdout() -> None:
+  """Points standard output at /dev/null, so that the interpreter's last
+  flush of what is still buffered for a closed pipe raises nothing."""
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, sys.stdout.fileno())
+  os.close(devnull)
+
+
 def main(run: Callable[[Optional[List[str]]], object]) -> None:
   """Runs a job's ``run(argv)`` as a command-line program."""
   argv = sys.argv[1:]
@@ -207,6 +217,11 @@ def main(run: Callable[[Optional[List[str]]], object]) -> None:
     run(argv)
   except SystemExit:
     raise  # the flags' own one-line errors
+  except BrokenPipeError:
+    # Whoever read standard output stopped (`| head -1`): end quietly, with
+    # the status of a Unix tool that SIGPIPE ended.
+    _drop_stdout()
+    sys.exit(EXIT_BROKEN_PIPE)
   except BaseException as error:  # pylint: disable=broad-except
     status, message = _outcome(error)
     if verbose:

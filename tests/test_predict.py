@@ -36,20 +36,61 @@ def predict(model_dir, *texts, stdin=b'', encoding='utf-8', json_lines=True):
           result.stderr.decode('utf-8', 'replace').splitlines())
 
 
-def test_bad_lines_are_warned_and_skipped_and_the_good_ones_classified(
-    model_dir):
+def test_each_input_line_gets_its_output_line(model_dir):
+  """A blank line is answered by an empty one (null in JSON), a line that
+  is not UTF-8 the same way with a warning, and exit 3 says some text was
+  not classified; the output lines still pair with the input's."""
   status, out, err = predict(
       model_dir, stdin=b'superb film\r\n\xff\xfe bad bytes\r\n\r\n \t \n'
       b'caf\xc3\xa9 dull\nno line end')
-  assert [json.loads(line)['text'] for line in out] == [
-      'superb film', 'café dull', 'no line end']
+  printed = [json.loads(line) for line in out]
+  assert [p['text'] for p in printed] == [
+      'superb film', '\\xff\\xfe bad bytes', '', ' \t ', 'café dull',
+      'no line end']
+  assert [p['label'] for p in printed] == ['pós', None, None, None, 'pós',
+                                           'pós']
   assert [line for line in err if line.startswith('warning:')] == [
-      'warning: line 2 is not UTF-8 text, skipped',
-      'warning: line 3 is blank, skipped',
-      'warning: line 4 is blank, skipped']
-  assert err[-1] == ('error: 3 of the 6 texts given were skipped (see the '
-                     'warnings); the others were classified')
+      'warning: line 2 is not UTF-8 text, not classified']
+  assert err[-1] == ('error: 1 of the 6 texts given were not UTF-8 and not '
+                     'classified (see the warnings); the others were')
   assert status == cli.EXIT_INCOMPLETE_INPUT
+  status, out, err = predict(model_dir, stdin=b'superb\n\ndull\n',
+                             json_lines=False)
+  assert status == 0, err
+  assert [line.split('\t')[0] for line in out] == ['pós', '', 'pós']
+
+
+def test_standard_input_is_classified_as_it_streams(model_dir):
+  """The first batch is printed before the input ends: the reader writes a
+  batch, waits for its answers, then writes the next."""
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'trainer.predict', f'--model_dir={model_dir}',
+       '--batch_size=2'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, cwd=REPO)
+  try:
+    for batch in range(3):
+      process.stdin.write(b'superb film\ndull film\n')
+      process.stdin.flush()
+      answers = [process.stdout.readline() for _ in range(2)]
+      assert all(line.startswith('pós\t'.encode()) for line in answers), (
+          batch, answers)
+    process.stdin.close()
+    assert process.wait(timeout=60) == 0
+  finally:
+    process.kill()
+
+
+def test_a_reader_that_stops_ends_it_quietly(model_dir):
+  """`trainer.predict | head -1`: no error line, SIGPIPE's status."""
+  result = subprocess.run(
+      f'yes "superb film" | head -5000 | {sys.executable} -m trainer.predict '
+      f'--model_dir={model_dir} | head -1; echo "status ${{PIPESTATUS[2]}}"',
+      shell=True, cwd=REPO, capture_output=True, timeout=300,
+      executable='/bin/bash')
+  first, status = result.stdout.decode().splitlines()
+  assert first.startswith('pós\t')
+  assert status == f'status {cli.EXIT_BROKEN_PIPE}'
+  assert 'Error' not in result.stderr.decode(), result.stderr.decode()[-2000:]
 
 
 def test_crlf_lines_are_classified_without_their_carriage_return(model_dir):
@@ -61,15 +102,15 @@ def test_crlf_lines_are_classified_without_their_carriage_return(model_dir):
 def test_an_argument_that_is_not_utf8_is_skipped_and_the_others_scored(
     model_dir):
   status, out, err = predict(model_dir, b'superb film', b'caf\xe9 latin-1')
-  assert [json.loads(line)['text'] for line in out] == ['superb film']
-  assert 'warning: argument 2 is not UTF-8 text, skipped' in err
+  assert [json.loads(line)['label'] for line in out] == ['pós', None]
+  assert 'warning: argument 2 is not UTF-8 text, not classified' in err
   assert status == cli.EXIT_INCOMPLETE_INPUT
 
 
 def test_nothing_to_classify_is_a_job_error(model_dir):
   status, out, err = predict(model_dir, stdin=b'\xff\n\n')
   assert status == cli.EXIT_JOB_ERROR
-  assert not out
+  assert [json.loads(line)['label'] for line in out] == [None, None]
   assert err[-1] == ('error: none of the 2 texts given could be classified '
                      '(see the warnings)')
 

@@ -3,26 +3,36 @@
     python -m trainer.predict --model_dir=DIR "some text" ["more text" ...]
     cat texts.txt | python -m trainer.predict --model_dir=DIR
 
-Prints one line a text: the predicted label, its confidence and the
-probability of every class (``--json`` for one JSON object a line).
+Prints one line a text, in the order given: the predicted label, its
+confidence and the probability of every class (``--json`` for one JSON
+object a line). Standard input is classified as it streams, --batch_size
+lines at a time, each batch printed as soon as it is classified: memory
+stays flat however long the input.
 
 Texts are read as bytes (standard input's lines without their ``\\n`` or
-``\\r\\n``; the arguments as the command line gave them) and must be UTF-8: a
-text that is not, or is blank, gets a warning on standard error with its
-number and is not classified, and the others are. Exit status 0 when every
-text was classified, 3 when some were skipped, 2 when none could be.
+``\\r\\n``; the arguments as the command line gave them). A blank text
+has nothing to classify: its line is empty (``--json``: its object has
+``label``, ``confidence`` and ``probabilities`` null), so that output line
+N still answers input line N. A text that is not UTF-8 gets the same line
+and a warning on standard error with its number. Exit status 0 when every
+text that was not blank was classified, 3 when some were not UTF-8, 2 when
+nothing could be classified.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
 import json
 import os
 import sys
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import cli
 from cli import flags
 from schemas import serving
 from serving import exports
+
+# Texts classified together: the model's batch, and how much of standard
+# input is held at once.
+BATCH_SIZE = 256
 
 
 def predict(signature, label_names: List[str],
@@ -41,15 +51,16 @@ def predict(signature, label_names: List[str],
   return results
 
 
-def given_texts(arguments: List[str]) -> List[Tuple[str, bytes]]:
+def given_texts(arguments: List[str]) -> Iterator[Tuple[str, bytes]]:
   """(how a warning names it, its bytes) of each text: the arguments, else
-  standard input's lines. Python decodes the command line with
-  surrogateescape; os.fsencode gives its bytes back."""
+  standard input's lines, read as they come. Python decodes the command
+  line with surrogateescape; os.fsencode gives its bytes back."""
   if arguments:
-    return [(f'argument {number}', os.fsencode(text))
-            for number, text in enumerate(arguments, 1)]
-  return [(f'line {number}', _without_line_end(line))
-          for number, line in enumerate(sys.stdin.buffer, 1)]
+    for number, text in enumerate(arguments, 1):
+      yield f'argument {number}', os.fsencode(text)
+    return
+  for number, line in enumerate(sys.stdin.buffer, 1):
+    yield f'line {number}', _without_line_end(line)
 
 
 def _without_line_end(line: bytes) -> bytes:
@@ -59,27 +70,27 @@ def _without_line_end(line: bytes) -> bytes:
   return line
 
 
-def readable(texts: Iterable[Tuple[str, bytes]]) -> List[str]:
-  """The texts that can be classified; a warning for each one that cannot.
+def decoded(name: str, data: bytes) -> Tuple[Optional[str], bool]:
+  """(the text to classify or None, whether it was UTF-8): None for a blank
+  text, and for one that is not UTF-8, with a warning (classified with
+  replacement characters, its prediction would be of another text)."""
+  try:
+    text = data.decode('utf-8')
+  except UnicodeDecodeError:
+    print(f'warning: {name} is not UTF-8 text, not classified',
+          file=sys.stderr)
+    return None, False
+  return (text if text.strip() else None), True
 
-  A text that is not UTF-8 is skipped, not classified with replacement
-  characters: its prediction would be of another text.
-  """
-  kept = []
-  for name, data in texts:
-    try:
-      text = data.decode('utf-8')
-    except UnicodeDecodeError:
-      print(f'warning: {name} is not UTF-8 text, skipped', file=sys.stderr)
-      continue
-    if not text.strip():
-      print(f'warning: {name} is blank, skipped', file=sys.stderr)
-      continue
-    kept.append(text)
-  return kept
+
+def _unclassified(data: bytes) -> Dict:
+  return {'text': data.decode('utf-8', 'backslashreplace'), 'label': None,
+          'confidence': None, 'probabilities': None}
 
 
 def _line(result: Dict, as_json: bool) -> str:
+  if not as_json and result['label'] is None:
+    return ''
   if not as_json:
     probabilities = ' '.join(f'{k}={v:.4f}'
                              for k, v in result['probabilities'].items())
@@ -93,11 +104,44 @@ def _line(result: Dict, as_json: bool) -> str:
   return line
 
 
+def classify_in_batches(signature, label_names: List[str],
+                        given: Iterable[Tuple[str, bytes]],
+                        batch_size: int) -> Iterator[Tuple[Dict, bool]]:
+  """(result, whether the text was UTF-8) of each given text, in order, a
+  batch of ``batch_size`` texts at a time; a text that cannot be classified
+  gets ``_unclassified``."""
+  for batch in _batches(given, batch_size):
+    texts = [decoded(name, data) for name, data in batch]
+    wanted = [text for text, _ in texts if text is not None]
+    classified = iter(predict(signature, label_names, wanted) if wanted
+                      else [])
+    for (_, data), (text, utf8) in zip(batch, texts):
+      yield (next(classified) if text is not None else
+             _unclassified(data)), utf8
+
+
+def _batches(items: Iterable, size: int) -> Iterator[List]:
+  batch = []
+  for item in items:
+    batch.append(item)
+    if len(batch) == size:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
 def run(argv=None):
   parser = flags.Parser(__doc__.split('\n\n')[0], fromfile_prefix_chars=None)
   parser.add_argument('--model_dir', required=True,
                       help='The trainer\'s model folder or one export folder.')
-  parser.add_argument('--json', action='store_true')
+  parser.add_argument('--json', action='store_true',
+                      help='One JSON object a line: text, label, confidence, '
+                      'probabilities.')
+  parser.add_argument('--batch_size', type=flags.integer(1, 100_000),
+                      default=BATCH_SIZE,
+                      help='Texts classified together; each batch is printed '
+                      'as soon as it is classified.')
   parser.add_argument('texts', nargs='*',
                       help='Texts to classify; without any, one a line '
                       'from standard input.')
@@ -105,23 +149,29 @@ def run(argv=None):
   # A label or text that standard output's encoding lacks is printed
   # escaped, not a crash.
   sys.stdout.reconfigure(errors='backslashreplace')
-  given = given_texts(args.texts)
-  if not given:
-    raise cli.JobError('no text given')
-  texts = readable(given)
-  if not texts:
-    raise cli.JobError(f'none of the {len(given)} texts given could be '
-                       'classified (see the warnings)')
   try:
     signature, metadata = exports.load(args.model_dir)
   except exports.ExportError as error:
     raise cli.JobError(str(error)) from error
-  for result in predict(signature, metadata['label_names'], texts):
+  given = classified = not_utf8 = 0
+  for result, utf8 in classify_in_batches(
+      signature, metadata['label_names'], given_texts(args.texts),
+      args.batch_size):
+    given += 1
+    classified += result['label'] is not None
+    not_utf8 += not utf8
     print(_line(result, args.json))
-  if len(texts) < len(given):
+    if given % args.batch_size == 0:
+      sys.stdout.flush()
+  if not given:
+    raise cli.JobError('no text given')
+  if not classified:
+    raise cli.JobError(f'none of the {given} texts given could be '
+                       'classified (see the warnings)')
+  if not_utf8:
     raise cli.IncompleteInput(
-        f'{len(given) - len(texts)} of the {len(given)} texts given were '
-        'skipped (see the warnings); the others were classified')
+        f'{not_utf8} of the {given} texts given were not UTF-8 and not '
+        'classified (see the warnings); the others were')
 
 
 if __name__ == '__main__':
