@@ -25,10 +25,29 @@ class Parser(argparse.ArgumentParser):
   def __init__(self, description: Optional[str] = None, **kwargs):
     kwargs.setdefault('fromfile_prefix_chars', '@')
     super().__init__(description=description, allow_abbrev=False, **kwargs)
+    self._reading = []
     # Read by cli.main before the flags are parsed.
     self.add_argument('--verbose', action='store_true',
                       help='Log at DEBUG level, with the traceback of any '
                       'failure.')
+
+  def _read_args_from_files(self, arg_strings):
+    """argparse's @FILE expansion, refusing a file that includes itself
+    (directly or through another), which would recurse until Python
+    gives up."""
+    for arg in arg_strings:
+      if arg and arg[0] in self.fromfile_prefix_chars:
+        if arg[1:] in self._reading:
+          self.error(f'{arg!r} includes itself (through '
+                     f'{" -> ".join(repr(f) for f in self._reading)})')
+        self._reading.append(arg[1:])
+        try:
+          expanded = super()._read_args_from_files([arg])
+        finally:
+          self._reading.pop()
+        arg_strings = [expanded if a is arg else a for a in arg_strings]
+    return [word for item in arg_strings
+            for word in (item if isinstance(item, list) else [item])]
 
   def error(self, message: str) -> NoReturn:
     print(f'error: {message} (see --help)', file=sys.stderr)
@@ -69,12 +88,47 @@ def flag_words(words: Sequence[str]) -> List[str]:
           not words[index - 1].startswith('-') or '=' in words[index - 1]]
 
 
+def _actions(parser: argparse.ArgumentParser) -> List[argparse.Action]:
+  """The actions of ``parser`` and of its subcommands."""
+  found = []
+  for action in parser._actions:  # pylint: disable=protected-access
+    found.append(action)
+    if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
+      for subparser in action.choices.values():
+        found.extend(_actions(subparser))
+  return found
+
+
+def given_twice(parser: Parser, argv: Sequence[str]) -> Optional[str]:
+  """The error for a flag of ``parser`` that takes a value and is given
+  twice on the command line, which argparse would settle silently by
+  keeping the last (--input=a --input=b reads b alone). A flag given on the
+  command line and in an @FILE is no error: the command line overrides the
+  file, as in ``@configs/imdb_best/train.args --epochs=3``."""
+  valued = {option: action.dest for action in _actions(parser)
+            if action.option_strings and action.nargs != 0
+            for option in action.option_strings}
+  seen = set()
+  for word in argv:
+    if word == '--':
+      break
+    dest = valued.get(word.split('=', 1)[0])
+    if dest in seen:
+      return f'{word.split("=", 1)[0]} given twice: give it once'
+    if dest:
+      seen.add(dest)
+  return None
+
+
 def parse(parser: Parser, argv: Optional[Sequence[str]],
           passes: Callable[[List[str]], Optional[str]] = None):
   """``parser``'s flags from ``argv``, and the rest: each left-over flag
   must be one ``passes`` accepts (it returns None, else the error), or the
   run ends with one ``error:`` line. Without ``passes`` nothing is left
   over."""
+  twice = given_twice(parser, sys.argv[1:] if argv is None else argv)
+  if twice:
+    parser.error(twice)
   args, rest = parser.parse_known_args(argv)
   problem = (passes(rest) if passes else
              unknown(flag_words(rest), parser.flag_names()) if rest else None)

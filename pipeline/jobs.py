@@ -89,9 +89,14 @@ def beam_flags_problem(pipeline_args: List[str],
   for options in PipelineOptions.__subclasses__():
     options._add_argparse_args(parser)  # pylint: disable=protected-access
   try:
-    _, leftover = parser.parse_known_args(pipeline_args)
+    beam_options, leftover = parser.parse_known_args(pipeline_args)
   except _BeamFlagError as error:
     return str(error)
+  # Beam takes any int and fails later with an IndexError; 0 is its "one
+  # worker a core".
+  if beam_options.direct_num_workers < 0:
+    return (f'--direct_num_workers must be >= 0 (0: one a core), not '
+            f'{beam_options.direct_num_workers}')
   beam_flags = [option for action in parser._actions  # pylint: disable=protected-access
                 for option in action.option_strings]
   return flags.unknown(flags.flag_words(leftover), [*ours, *beam_flags])

@@ -44,6 +44,25 @@ def test_an_unknown_flag_ends_every_entry_point_naming_the_closest(module):
                     f'mean {meant}? (see --help)']
 
 
+@pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
+def test_a_flag_given_twice_ends_every_entry_point(module, tmp_path):
+  """Given twice on the command line, a flag is an error, not its last
+  value; after an @FILE it overrides the file's."""
+  required, _, _ = ENTRY_POINTS[module]
+  flag = required[-1].split('=')[0]
+  process = run_module(module, *required, f'{flag}=again', timeout=120)
+  assert process.returncode == cli.EXIT_JOB_ERROR
+  assert process.stderr.splitlines()[-1] == (
+      f'error: {flag} given twice: give it once (see --help)')
+  if module == 'trainer.predict':
+    return  # its texts come from the command line, not @FILEs
+  looping = tmp_path / 'loop.args'
+  looping.write_text(f'@{looping}\n')
+  process = run_module(module, *required, f'@{looping}', timeout=120)
+  assert process.returncode == cli.EXIT_JOB_ERROR
+  assert 'includes itself' in process.stderr.splitlines()[-1]
+
+
 def test_beam_options_pass_and_bad_ones_are_refused():
   args = ['--input=x', '--model_dir=m', '--output_dir=o']
   _, pipeline_args = score.parse_args(args + [
@@ -51,7 +70,7 @@ def test_beam_options_pass_and_bad_ones_are_refused():
       '--s3_endpoint_url=http://127.0.0.1:9', '--dask_client_address=h:1'])
   assert len(pipeline_args) == 5
   for bad in ('--direct_running_mode=bogus', '--runner=NoSuchRunner',
-              'stray', '--direct_num_workerz=2'):
+              'stray', '--direct_num_workerz=2', '--direct_num_workers=-1'):
     with pytest.raises(SystemExit) as exit_info:
       score.parse_args(args + [bad])
     assert exit_info.value.code == cli.EXIT_JOB_ERROR
