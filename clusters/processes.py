@@ -33,20 +33,22 @@ def get_json(url: str):
     return json.load(response)
 
 
-def _tail(log: pathlib.Path) -> str:
-  with contextlib.suppress(OSError):
+def _tail(log: Optional[pathlib.Path]) -> str:
+  with contextlib.suppress(OSError, AttributeError):
     return log.read_text(errors='replace')[-2000:]
   return ''
 
 
 @contextlib.contextmanager
-def started(command: Sequence, log: pathlib.Path,
+def started(command: Sequence, log: Optional[pathlib.Path],
             env: Optional[dict] = None,
             cwd: Optional[pathlib.Path] = None) -> Iterator[subprocess.Popen]:
-  """Runs ``command`` for the context, its output in ``log``; on the way out
-  SIGTERM, and SIGKILL if it is not gone in 30 s."""
-  log.parent.mkdir(parents=True, exist_ok=True)
-  with open(log, 'ab') as output:
+  """Runs ``command`` for the context, its output in ``log`` (None: nowhere);
+  on the way out SIGTERM, and SIGKILL if it is not gone in 30 s."""
+  if log is not None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+  with (open(log, 'ab') if log is not None else
+        open(os.devnull, 'wb')) as output:
     process = subprocess.Popen([str(part) for part in command], stdout=output,
                                stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                start_new_session=True)

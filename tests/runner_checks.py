@@ -1,10 +1,14 @@
-"""What every cluster runner must give (tests/test_cluster_*.py): the default
-runner's preprocessing output and scores, exit 5 with nothing published for
+"""What every runner beyond the default must give (tests/test_runners.py,
+tests/test_cluster_*.py): the default runner's preprocessing output and
+scores, exit 5 with nothing published for
 a model that fails on every batch, and a SIGTERM that leaves the published
 partition as it was, the cluster's job cancelled and no job server behind.
 Each check takes the runner's flags; the clusters come from ``clusters``."""
+import contextlib
+import glob
 import os
 import pathlib
+import random
 import re
 import shutil
 import signal
@@ -12,22 +16,133 @@ import subprocess
 import sys
 import time
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 import tensorflow as tf
+import tensorflow_transform as tft
 
 import cli
 from pipeline import preprocess
 from pipeline import score
 from schemas import raw
+from schemas import scored
 from schemas import serving
+from schemas import transformed
 from tests.conftest import REPO
 from tests.conftest import dead_letters
+from tests.conftest import float32_approx
 from tests.conftest import synthetic_reviews
 from tests.conftest import tree
 from tests.conftest import write_jsonl
-from tests.test_runners import parsed_examples
-from tests.test_runners import score_on_and_off
-from tests.test_runners import vocabularies
 
+
+
+def scored_rows(output_dir):
+  """The scored rows, in id order."""
+  table = pa.concat_tables(
+      pq.read_table(path) for path in glob.glob(f'{output_dir}/*.parquet'))
+  return table.sort_by(scored.ID).to_pylist()
+
+
+def assert_same_scores(ours, reference):
+  """Same documents, labels and model; probabilities equal up to float
+  rounding (batches differ between runners, and with them TF's kernels)."""
+  assert len(ours) == len(reference)
+  for mine, theirs in zip(ours, reference):
+    for column, value in theirs.items():
+      if column.startswith(scored.PROBABILITY_PREFIX) or (
+          column == scored.CONFIDENCE):
+        assert mine[column] == float32_approx(value)
+      elif column != scored.SCORED_AT:
+        assert mine[column] == value, column
+
+
+def score_on_and_off(runner_args, trained, tmp_path, rows,
+                     on_runner=contextlib.nullcontext()):
+  """Scores the same corpus on a runner (inside the context ``on_runner``)
+  and on the default one; checks that they agree and returns the runner's
+  manifest."""
+  model_dir, _, _ = trained
+  corpus = write_jsonl(tmp_path / 'docs.jsonl', rows)
+  common = [f'--input={corpus}', f'--model_dir={model_dir}',
+            '--batch_size=16']
+  with on_runner:
+    ours = score.run(common + [f'--output_dir={tmp_path / "runner"}',
+                               *runner_args])
+  default = score.run(common + [f'--output_dir={tmp_path / "default"}'])
+  assert ours['counts'] == default['counts']
+  assert_same_scores(scored_rows(tmp_path / 'runner'),
+                     scored_rows(tmp_path / 'default'))
+  assert dead_letters(tmp_path / 'runner') == dead_letters(
+      tmp_path / 'default')
+  return ours
+
+
+def long_tailed_reviews(count, seed):
+  """Reviews over 400 words of long-tailed frequencies, in mixed case with
+  HTML and punctuation for the transform to remove, two thirds of them
+  train: many words share a count, so a small vocabulary's cut runs through
+  ties, and many reviews are longer than a small max_len."""
+  rng = random.Random(seed)
+  words = [f'word{n}' for n in range(400)]
+  weights = [1 / (n + 1) for n in range(400)]
+  rows = []
+  for i in range(count):
+    tokens = rng.choices(words, weights, k=rng.randint(4, 40))
+    tokens.insert(rng.randrange(len(tokens)), rng.choice(
+        ['<br />', 'Great!', 'DULL...', '"quoted"']))
+    rows.append({'id': f'{seed}-{i}', 'text': ' '.join(tokens),
+                 'label': 'pos' if i % 2 else 'neg',
+                 'split': 'test' if i % 3 == 0 else 'train'})
+  return rows
+
+
+# A dead letter of each route: the reader, the record checks, and the
+# held-out label check, which waits for the train labels as a side input.
+REJECTED_ROWS = [b'{"id": "broken", "text": ', {'id': 'blank', 'text': ' '},
+                 {'id': 'unlabelled', 'text': 'word1', 'split': 'train'},
+                 {'id': 'new-label', 'text': 'word2', 'label': 'meh',
+                  'split': 'test'}]
+# Input files, ranges read by the partitions of the Dask run: more
+# partitions (--dask_npartitions) than the cluster's two workers.
+INPUT_FILES = 6
+
+
+@pytest.fixture(scope='module')
+def preprocessed_by_default(tmp_path_factory):
+  """A corpus in several JSONL files and the default runner's output of it:
+  (the job's flags, output folder, stats)."""
+  folder = tmp_path_factory.mktemp('preprocessed-by-default')
+  rows = long_tailed_reviews(360, 5)
+  for index in range(INPUT_FILES):
+    write_jsonl(folder / f'reviews-{index}.jsonl', rows[index::INPUT_FILES] + (
+        REJECTED_ROWS if index == 0 else []))
+  flags = [f'--input={folder}/reviews-*.jsonl', '--split_field=split',
+           '--vocab_size=60', '--max_len=16']
+  stats = preprocess.run(flags + [f'--output_dir={folder / "default"}'])
+  return flags, folder / 'default', stats
+
+
+def parsed_examples(output_dir, split):
+  """Each tf.Example of a split as a dict of its features' values, in id
+  order: equal lists are the same records, each as often."""
+  files = glob.glob(os.path.join(output_dir,
+                                 transformed.split_file_pattern(split)))
+  examples = []
+  for record in tf.data.TFRecordDataset(files, compression_type='GZIP'):
+    features = tf.train.Example.FromString(record.numpy()).features.feature
+    examples.append({name: list(getattr(value, value.WhichOneof('kind')).value)
+                     for name, value in features.items()})
+  return sorted(examples, key=lambda example: example[transformed.ID])
+
+
+def vocabularies(output_dir):
+  assets = os.path.join(output_dir, tft.TFTransformOutput.TRANSFORM_FN_DIR,
+                        'assets')
+  return {name: (pathlib.Path(assets) / name).read_bytes()
+          for name in (transformed.TOKEN_VOCABULARY,
+                       transformed.LABEL_VOCABULARY)}
 
 
 def preprocesses_as_the_default_runner(flags, preprocessed_by_default,

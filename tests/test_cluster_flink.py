@@ -4,8 +4,8 @@ embedded mini-cluster, against the default runner (make test-runners)."""
 import pytest
 
 from clusters import flink
-from tests import cluster_checks
-from tests.test_runners import preprocessed_by_default  # pylint: disable=unused-import
+from tests import runner_checks
+from tests.runner_checks import preprocessed_by_default  # pylint: disable=unused-import
 
 pytestmark = pytest.mark.runners
 
@@ -22,7 +22,7 @@ def named(cluster, name):
 
 def test_preprocess_on_a_flink_cluster(session, preprocessed_by_default,
                                        tmp_path):
-  cluster_checks.preprocesses_as_the_default_runner(
+  runner_checks.preprocesses_as_the_default_runner(
       session.runner_flags, preprocessed_by_default, tmp_path / 'out')
   # It ran on the cluster, not in a mini-cluster of the job server's.
   assert any(job['state'] == 'FINISHED'
@@ -30,18 +30,18 @@ def test_preprocess_on_a_flink_cluster(session, preprocessed_by_default,
 
 
 def test_score_on_a_flink_cluster(session, trained, tmp_path):
-  cluster_checks.scores_as_the_default_runner(
+  runner_checks.scores_as_the_default_runner(
       session.runner_flags, trained, tmp_path, metrics='committed')
 
 
 def test_a_failing_model_on_a_flink_cluster_exits_5(session, trained,
                                                      tmp_path):
-  cluster_checks.a_failing_model_publishes_nothing(session.runner_flags,
+  runner_checks.a_failing_model_publishes_nothing(session.runner_flags,
                                                    trained, tmp_path)
 
 
 def test_sigterm_cancels_the_flink_job(session, trained, tmp_path):
-  cluster_checks.sigterm_cancels_the_job(
+  runner_checks.sigterm_cancels_the_job(
       session.runner_flags, trained, tmp_path,
       job_running=lambda name, _: any(
           job['state'] == 'RUNNING' for job in named(session, name)),
@@ -50,10 +50,10 @@ def test_sigterm_cancels_the_flink_job(session, trained, tmp_path):
 
 
 def test_preprocess_on_flinks_mini_cluster(preprocessed_by_default, tmp_path):
-  cluster_checks.preprocesses_as_the_default_runner(
+  runner_checks.preprocesses_as_the_default_runner(
       flink.local_flags(), preprocessed_by_default, tmp_path / 'out')
 
 
 def test_score_on_flinks_mini_cluster(trained, tmp_path):
-  cluster_checks.scores_as_the_default_runner(
+  runner_checks.scores_as_the_default_runner(
       flink.local_flags(), trained, tmp_path, metrics='committed')

@@ -7,9 +7,9 @@ from apache_beam.runners.portability import prism_runner
 from clusters import artifacts
 from pipeline import preprocess
 from pipeline import score
-from tests import cluster_checks
-from tests.test_runners import preprocessed_by_default  # pylint: disable=unused-import
-from tests.test_runners import scored_rows
+from tests import runner_checks
+from tests.runner_checks import preprocessed_by_default  # pylint: disable=unused-import
+from tests.runner_checks import scored_rows
 
 pytestmark = pytest.mark.runners
 
@@ -22,12 +22,12 @@ def prism():
 
 
 def test_preprocess_on_prism(prism, preprocessed_by_default, tmp_path):
-  cluster_checks.preprocesses_as_the_default_runner(
+  runner_checks.preprocesses_as_the_default_runner(
       prism, preprocessed_by_default, tmp_path / 'out')
 
 
 def test_score_on_prism(prism, trained, tmp_path):
-  cluster_checks.scores_as_the_default_runner(prism, trained, tmp_path,
+  runner_checks.scores_as_the_default_runner(prism, trained, tmp_path,
                                               metrics='committed')
 
 
@@ -48,8 +48,8 @@ def test_direct_runner_runs_the_jobs_on_prism(prism, trained,
 
   monkeypatch.setattr(prism_runner.PrismRunner, 'run_pipeline', recorded)
   model_dir, _, _ = trained
-  corpus = cluster_checks.write_jsonl(
-      tmp_path / 'docs.jsonl', cluster_checks.synthetic_reviews(40, 45))
+  corpus = runner_checks.write_jsonl(
+      tmp_path / 'docs.jsonl', runner_checks.synthetic_reviews(40, 45))
   manifest = score.run([f'--input={corpus}', f'--model_dir={model_dir}',
                         f'--output_dir={tmp_path / "out"}',
                         '--runner=DirectRunner'])
@@ -62,11 +62,11 @@ def test_direct_runner_runs_the_jobs_on_prism(prism, trained,
 
 
 def test_a_failing_model_on_prism_exits_5(prism, trained, tmp_path):
-  cluster_checks.a_failing_model_publishes_nothing(prism, trained, tmp_path)
+  runner_checks.a_failing_model_publishes_nothing(prism, trained, tmp_path)
 
 
 def test_sigterm_stops_prism(prism, trained, tmp_path):
-  cluster_checks.sigterm_cancels_the_job(
+  runner_checks.sigterm_cancels_the_job(
       prism, trained, tmp_path, job_running=lambda _, launcher: any(
-          'prism' in cluster_checks.command_line(pid)
-          for pid in cluster_checks.children(launcher.pid)))
+          'prism' in runner_checks.command_line(pid)
+          for pid in runner_checks.children(launcher.pid)))

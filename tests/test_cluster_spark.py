@@ -4,8 +4,8 @@ runner (make test-runners)."""
 import pytest
 
 from clusters import spark
-from tests import cluster_checks
-from tests.test_runners import preprocessed_by_default  # pylint: disable=unused-import
+from tests import runner_checks
+from tests.runner_checks import preprocessed_by_default  # pylint: disable=unused-import
 
 pytestmark = pytest.mark.runners
 
@@ -25,25 +25,25 @@ def named(cluster, name):
 
 def test_preprocess_on_a_spark_cluster(cluster, preprocessed_by_default,
                                        tmp_path):
-  cluster_checks.preprocesses_as_the_default_runner(
+  runner_checks.preprocesses_as_the_default_runner(
       cluster.runner_flags, preprocessed_by_default, tmp_path / 'out')
   # It ran on the cluster's worker, not in the job server's own Spark.
   assert spark.applications(cluster.ui_url)['completed']
 
 
 def test_score_on_a_spark_cluster(cluster, trained, tmp_path):
-  cluster_checks.scores_as_the_default_runner(
+  runner_checks.scores_as_the_default_runner(
       cluster.runner_flags, trained, tmp_path, metrics='attempted')
 
 
 def test_a_failing_model_on_a_spark_cluster_exits_5(cluster, trained,
                                                      tmp_path):
-  cluster_checks.a_failing_model_publishes_nothing(cluster.runner_flags,
+  runner_checks.a_failing_model_publishes_nothing(cluster.runner_flags,
                                                    trained, tmp_path)
 
 
 def test_sigterm_cancels_the_spark_job(cluster, trained, tmp_path):
-  cluster_checks.sigterm_cancels_the_job(
+  runner_checks.sigterm_cancels_the_job(
       cluster.runner_flags, trained, tmp_path,
       job_running=lambda name, _: any(
           app['state'] == 'RUNNING' for app in named(cluster, name)),

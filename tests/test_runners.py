@@ -8,13 +8,9 @@ import functools
 import glob
 import json
 import os
-import pathlib
-import random
-import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import uuid
 
 import distributed
@@ -22,53 +18,29 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-import tensorflow as tf
-import tensorflow_transform as tft
 
 from pipeline import preprocess
 from pipeline.preprocessing import splits as split_lib
-from pipeline import score
 from pipeline.scoring import inference
 from schemas import raw
 from schemas import scored
-from schemas import transformed
+from clusters import processes
+from tests import runner_checks
 from tests.conftest import REPO
-from tests.conftest import dead_letters
-from tests.conftest import float32_approx
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
-
-
-def free_port() -> int:
-  with socket.socket() as probe:
-    probe.bind(('127.0.0.1', 0))
-    return probe.getsockname()[1]
-
-
-def wait_for_port(port: int, process: subprocess.Popen, timeout=120):
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    assert process.poll() is None, f'{process.args} exited'
-    with contextlib.suppress(OSError), socket.create_connection(
-        ('127.0.0.1', port), timeout=1):
-      return
-    time.sleep(0.3)
-  raise TimeoutError(f'nothing listens on {port}')
+from tests.runner_checks import preprocessed_by_default  # pylint: disable=unused-import
+from tests.runner_checks import score_on_and_off
 
 
 @contextlib.contextmanager
 def running(command, port, **kwargs):
-  process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, **kwargs)
-  try:
-    wait_for_port(port, process)
+  """``command`` running until the context ends, once it listens on
+  ``port``."""
+  with processes.started(command, None, **kwargs) as process:
+    processes.wait_until(lambda: processes.listens(port), [(process, None)],
+                         str(command[-1]))
     yield process
-  finally:
-    process.terminate()
-    try:
-      process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-      process.kill()
 
 
 @pytest.fixture(scope='module')
@@ -116,7 +88,7 @@ def portable_runner(sdist_env):
   """Beam's job service and an EXTERNAL worker pool on 127.0.0.1; the pool
   starts SDK workers with the `python` on its PATH: the sdist environment's."""
   venv, folder = sdist_env
-  job_port, pool_port = free_port(), free_port()
+  job_port, pool_port = processes.free_port(), processes.free_port()
   env = dict(os.environ, PATH=f'{venv / "bin"}{os.pathsep}{os.environ["PATH"]}')
   env.pop('PYTHONPATH', None)
   with running([sys.executable, '-m',
@@ -130,26 +102,6 @@ def portable_runner(sdist_env):
            '--environment_type=EXTERNAL',
            f'--environment_config=localhost:{pool_port}',
            f'--setup_file={REPO / "setup.py"}']
-
-
-def scored_rows(output_dir):
-  """The scored rows, in id order."""
-  table = pa.concat_tables(
-      pq.read_table(path) for path in glob.glob(f'{output_dir}/*.parquet'))
-  return table.sort_by(scored.ID).to_pylist()
-
-
-def assert_same_scores(ours, reference):
-  """Same documents, labels and model; probabilities equal up to float
-  rounding (batches differ between runners, and with them TF's kernels)."""
-  assert len(ours) == len(reference)
-  for mine, theirs in zip(ours, reference):
-    for column, value in theirs.items():
-      if column.startswith(scored.PROBABILITY_PREFIX) or (
-          column == scored.CONFIDENCE):
-        assert mine[column] == float32_approx(value)
-      elif column != scored.SCORED_AT:
-        assert mine[column] == value, column
 
 
 def test_preprocess_on_the_portable_runner(portable_runner, tmp_path):
@@ -167,27 +119,6 @@ def test_preprocess_on_the_portable_runner(portable_runner, tmp_path):
                                           'test': 40}}
   assert sorted(stats['labels']['names']) == ['neg', 'pos']
   assert glob.glob(str(tmp_path / 'pre' / 'train-*.tfrecord.gz'))
-
-
-def score_on_and_off(runner_args, trained, tmp_path, rows,
-                     on_runner=contextlib.nullcontext()):
-  """Scores the same corpus on a runner (inside the context ``on_runner``)
-  and on the default one; checks that they agree and returns the runner's
-  manifest."""
-  model_dir, _, _ = trained
-  corpus = write_jsonl(tmp_path / 'docs.jsonl', rows)
-  common = [f'--input={corpus}', f'--model_dir={model_dir}',
-            '--batch_size=16']
-  with on_runner:
-    ours = score.run(common + [f'--output_dir={tmp_path / "runner"}',
-                               *runner_args])
-  default = score.run(common + [f'--output_dir={tmp_path / "default"}'])
-  assert ours['counts'] == default['counts']
-  assert_same_scores(scored_rows(tmp_path / 'runner'),
-                     scored_rows(tmp_path / 'default'))
-  assert dead_letters(tmp_path / 'runner') == dead_letters(
-      tmp_path / 'default')
-  return ours
 
 
 def test_score_on_the_portable_runner(portable_runner, trained, tmp_path):
@@ -266,7 +197,7 @@ DASK_WORKERS = {
 def dask_cluster(request):
   """A dask.distributed scheduler and two single-threaded worker processes,
   all connected before the fixture returns."""
-  port = free_port()
+  port = processes.free_port()
   address = f'127.0.0.1:{port}'
   with contextlib.ExitStack() as stack:
     stack.enter_context(running(
@@ -305,89 +236,11 @@ def test_score_on_dask_writes_each_document_once(dask_cluster, trained,
   assert set(loads_by_process(loads).values()) == {1}
 
 
-def long_tailed_reviews(count, seed):
-  """Reviews over 400 words of long-tailed frequencies, in mixed case with
-  HTML and punctuation for the transform to remove, two thirds of them
-  train: many words share a count, so a small vocabulary's cut runs through
-  ties, and many reviews are longer than a small max_len."""
-  rng = random.Random(seed)
-  words = [f'word{n}' for n in range(400)]
-  weights = [1 / (n + 1) for n in range(400)]
-  rows = []
-  for i in range(count):
-    tokens = rng.choices(words, weights, k=rng.randint(4, 40))
-    tokens.insert(rng.randrange(len(tokens)), rng.choice(
-        ['<br />', 'Great!', 'DULL...', '"quoted"']))
-    rows.append({'id': f'{seed}-{i}', 'text': ' '.join(tokens),
-                 'label': 'pos' if i % 2 else 'neg',
-                 'split': 'test' if i % 3 == 0 else 'train'})
-  return rows
-
-
-# A dead letter of each route: the reader, the record checks, and the
-# held-out label check, which waits for the train labels as a side input.
-REJECTED_ROWS = [b'{"id": "broken", "text": ', {'id': 'blank', 'text': ' '},
-                 {'id': 'unlabelled', 'text': 'word1', 'split': 'train'},
-                 {'id': 'new-label', 'text': 'word2', 'label': 'meh',
-                  'split': 'test'}]
-# Input files, ranges read by the partitions of the Dask run: more
-# partitions (--dask_npartitions) than the cluster's two workers.
-INPUT_FILES = 6
-
-
-@pytest.fixture(scope='module')
-def preprocessed_by_default(tmp_path_factory):
-  """A corpus in several JSONL files and the default runner's output of it:
-  (the job's flags, output folder, stats)."""
-  folder = tmp_path_factory.mktemp('preprocess-on-dask')
-  rows = long_tailed_reviews(360, 5)
-  for index in range(INPUT_FILES):
-    write_jsonl(folder / f'reviews-{index}.jsonl', rows[index::INPUT_FILES] + (
-        REJECTED_ROWS if index == 0 else []))
-  flags = [f'--input={folder}/reviews-*.jsonl', '--split_field=split',
-           '--vocab_size=60', '--max_len=16']
-  stats = preprocess.run(flags + [f'--output_dir={folder / "default"}'])
-  return flags, folder / 'default', stats
-
-
-def parsed_examples(output_dir, split):
-  """Each tf.Example of a split as a dict of its features' values, in id
-  order: equal lists are the same records, each as often."""
-  files = glob.glob(os.path.join(output_dir,
-                                 transformed.split_file_pattern(split)))
-  examples = []
-  for record in tf.data.TFRecordDataset(files, compression_type='GZIP'):
-    features = tf.train.Example.FromString(record.numpy()).features.feature
-    examples.append({name: list(getattr(value, value.WhichOneof('kind')).value)
-                     for name, value in features.items()})
-  return sorted(examples, key=lambda example: example[transformed.ID])
-
-
-def vocabularies(output_dir):
-  assets = os.path.join(output_dir, tft.TFTransformOutput.TRANSFORM_FN_DIR,
-                        'assets')
-  return {name: (pathlib.Path(assets) / name).read_bytes()
-          for name in (transformed.TOKEN_VOCABULARY,
-                       transformed.LABEL_VOCABULARY)}
-
-
 def test_preprocess_on_dask_matches_the_default_runner(
     dask_cluster, preprocessed_by_default, tmp_path):
-  flags, default_dir, default_stats = preprocessed_by_default
-  stats = preprocess.run(flags + [
-      f'--output_dir={tmp_path}', *dask_cluster,
-      f'--dask_npartitions={INPUT_FILES}'])
-  # Counts per split and reason, labels, vocabulary size, lengths.
-  assert stats == default_stats
-  assert stats['rejected_by_reason'] == {
-      'malformed_record': 1, 'empty_text': 1, 'missing_label': 1,
-      'label_not_in_train': 1}
-  assert vocabularies(tmp_path) == vocabularies(default_dir)
-  for split in raw.SPLITS:
-    examples = parsed_examples(tmp_path, split)
-    assert examples == parsed_examples(default_dir, split), split
-    assert len(examples) == stats['records']['written'][split] > 0
-  assert dead_letters(tmp_path) == dead_letters(default_dir)
+  runner_checks.preprocesses_as_the_default_runner(
+      dask_cluster + [f'--dask_npartitions={runner_checks.INPUT_FILES}'],
+      preprocessed_by_default, tmp_path)
 
 
 def fused_steps(pipeline):
