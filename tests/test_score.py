@@ -79,9 +79,13 @@ BAD_REASONS = {
 
 
 def score_args(corpus, model_dir, output_dir, *extra):
+  """The job's flags; ``extra`` may set its own --batch_size (a flag is
+  given once)."""
+  batch = [] if any(flag.startswith('--batch_size') for flag in extra) else [
+      '--batch_size=32']
   return [f'--input={corpus}', f'--model_dir={model_dir}',
           f'--output_dir={output_dir}', f'--max_text_bytes={MAX_TEXT_BYTES}',
-          '--batch_size=32', *extra]
+          *batch, *extra]
 
 
 def read_partition(folder):

@@ -243,9 +243,10 @@ def test_a_second_trainer_on_one_model_dir_is_refused_naming_the_first(
            *TINY_MODEL]
   # Enough epochs to outlast the second trainer's start.
   first = subprocess.Popen(
-      [sys.executable, '-m', 'trainer.train', *flags, '--epochs=10000',
-       '--patience=10000'], cwd=REPO, stdout=subprocess.DEVNULL,
-      stderr=subprocess.PIPE, text=True)
+      [sys.executable, '-m', 'trainer.train',
+       *[flag for flag in flags if not flag.startswith('--epochs=')],
+       '--epochs=10000', '--patience=10000'], cwd=REPO,
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   try:
     wait_for(lambda: lock_holder_pid(model_dir) == first.pid, first)
     second = run_module('trainer.train', *flags)
