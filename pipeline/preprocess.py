@@ -220,6 +220,11 @@ def run(argv=None):
     splits.check_label_columns(tally.labels.get(raw.TRAIN, {}))
     stats = stats_lib.summarize(tally, staging, settings.params.max_len,
                                 settings.grouping.describe())
+    if stats_lib.token_vocabulary_is_empty(staging):
+      raise cli.JobError(
+          f'the token vocabulary is empty: no token of the train split is '
+          f'seen --min_frequency={settings.params.min_frequency} times or '
+          'more; every example would be out-of-vocabulary ids')
     stats_lib.write_sidecars(staging, stats, settings, args.input)
     output.publish()
   stats_lib.log_summary(stats, time.time() - started, args.output_dir)

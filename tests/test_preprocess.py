@@ -25,6 +25,7 @@ from schemas import transformed
 from tests.conftest import beam_pipeline
 from tests.conftest import dead_letters
 from tests.conftest import main_in_process
+from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
 
 
@@ -465,3 +466,14 @@ def test_a_file_where_the_output_folder_goes_is_never_replaced(tmp_path):
       preprocess.run([f'--input={tmp_path}/in.jsonl',
                       f'--output_dir={report}', *extra])
   assert report.read_text() == 'a user file'
+
+
+def test_an_empty_vocabulary_is_a_job_error(tmp_path):
+  """--min_frequency above every token's count would write examples of
+  out-of-vocabulary ids alone, with exit 0: the job refuses, publishing
+  nothing."""
+  corpus = write_jsonl(tmp_path / 'reviews.jsonl', synthetic_reviews(40, 0))
+  with pytest.raises(cli.JobError, match='token vocabulary is empty'):
+    preprocess.run([f'--input={corpus}', f'--output_dir={tmp_path / "out"}',
+                    '--min_frequency=100000'])
+  assert not (tmp_path / 'out').exists()

@@ -6,7 +6,9 @@ import posixpath
 from typing import Dict, Optional
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_transform as tft
+from tensorflow_transform import analyzers as tft_analyzers
 
 from pipeline import outputs
 from pipeline import records
@@ -50,6 +52,14 @@ def _split_stats(tally: records.Tally, grouped_by: Optional[str]) -> Dict:
       'groups': {split: tally.groups.get(split, 0) for split in raw.SPLITS},
       'ungrouped': tally.ungrouped,
   }
+
+
+def token_vocabulary_is_empty(staging: str) -> bool:
+  """Whether no token of train made the vocabulary (all below
+  --min_frequency): TFT then writes one placeholder token of its own."""
+  _, placeholder = tft_analyzers.get_empy_vocabulary_dummy_value(tf.string)
+  return tft.TFTransformOutput(staging).vocabulary_by_name(
+      transformed.TOKEN_VOCABULARY) in ([], [placeholder])
 
 
 def summarize(tally: records.Tally, staging: str, max_len: int,
