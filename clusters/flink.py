@@ -5,7 +5,6 @@ import contextlib
 import pathlib
 import re
 import subprocess
-import urllib.request
 import zipfile
 from typing import Dict, Iterator, List, NamedTuple
 
@@ -156,9 +155,3 @@ def jobs(rest_url: str) -> List[Dict]:
   """The cluster's jobs: each with its jid, name and state."""
   return processes.get_json(f'{rest_url}/jobs/overview')['jobs']
 
-
-def cancel(rest_url: str, jid: str) -> None:
-  request = urllib.request.Request(f'{rest_url}/jobs/{jid}?mode=cancel',
-                                   method='PATCH')
-  with urllib.request.urlopen(request, timeout=10):
-    pass
