@@ -200,3 +200,24 @@ def regex(text: str) -> str:
   if not text:
     raise argparse.ArgumentTypeError('an empty pattern matches every id')
   return text
+
+
+# What Beam's file systems (the finalize step of its file sinks) and
+# TensorFlow's (loading a SavedModel's variables) read as a file pattern even
+# in the name of a folder: such a folder cannot be written or loaded as
+# itself.
+PATTERN_CHARACTERS = '[]*?\\'
+
+
+def folder(text: str) -> str:
+  """A ``type=`` for a folder a job reads or writes: named, and without
+  PATTERN_CHARACTERS."""
+  if not text.strip():
+    raise argparse.ArgumentTypeError('an empty folder name')
+  found = ''.join(sorted(set(text) & set(PATTERN_CHARACTERS)))
+  if found:
+    raise argparse.ArgumentTypeError(
+        f'{text!r} has {found!r}, which Beam and TensorFlow read as a file '
+        'pattern even in a folder\'s name; choose a folder without '
+        f'{PATTERN_CHARACTERS!r}')
+  return text

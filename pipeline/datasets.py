@@ -233,8 +233,8 @@ def run(argv=None) -> str:
                                    parser_class=flags.Parser)
   fetch_parser = commands.add_parser('fetch', help='fetch one corpus')
   fetch_parser.add_argument('name', choices=sorted(DATASETS))
-  fetch_parser.add_argument('--dest', required=True)
-  fetch_parser.add_argument('--cache', default=None,
+  fetch_parser.add_argument('--dest', required=True, type=flags.folder)
+  fetch_parser.add_argument('--cache', default=None, type=flags.folder,
                             help='Folder of registry files to use before '
                             'downloading, and to keep downloads in.')
   args, _ = flags.parse(parser, argv)

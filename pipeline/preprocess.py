@@ -39,6 +39,7 @@ from pipeline.preprocessing import examples
 from pipeline.preprocessing import settings as settings_lib
 from pipeline.preprocessing import splits
 from pipeline.preprocessing import stats as stats_lib
+from schemas import folders
 from schemas import raw
 from schemas import rejected
 from schemas import transformed
@@ -49,7 +50,7 @@ def parse_args(argv):
   (configs/<name>/)."""
   parser = flags.Parser(__doc__.split('\n\n')[0])
   readers.add_reader_arguments(parser)
-  parser.add_argument('--output_dir', required=True)
+  parser.add_argument('--output_dir', required=True, type=flags.folder)
   parser.add_argument('--overwrite', action='store_true',
                       help='Replace output_dir even if this job did not '
                       'write it.')
@@ -190,7 +191,8 @@ LAYOUT = outputs.Layout(
               tft.TFTransformOutput.TRANSFORMED_METADATA_DIR + '/**',
               transformed.STATS_FILE, transformed.PARAMS_FILE,
               rejected.FILE_PATTERN),
-    markers=(transformed.STATS_FILE, tft.TFTransformOutput.TRANSFORM_FN_DIR))
+    markers=(transformed.STATS_FILE, tft.TFTransformOutput.TRANSFORM_FN_DIR),
+    owner=folders.PREPROCESSING)
 
 
 def run(argv=None):

@@ -32,6 +32,7 @@ from pipeline.scoring import inference
 from pipeline.scoring import report
 from pipeline.scoring import rows
 from pipeline.scoring import settings as settings_lib
+from schemas import folders
 from schemas import rejected
 from schemas import scored
 from serving import length_groups
@@ -50,7 +51,8 @@ LAYOUT = outputs.Layout(
     contents=(scored.FILE_PATTERN, rejected.FILE_PATTERN,
               scored.MANIFEST_FILE, scored.REPORT_FILE,
               outputs.SUCCESS_MARKER),
-    markers=(outputs.SUCCESS_MARKER, scored.MANIFEST_FILE))
+    markers=(outputs.SUCCESS_MARKER, scored.MANIFEST_FILE),
+    owner=folders.SCORING)
 
 
 def parse_args(argv):
@@ -58,10 +60,10 @@ def parse_args(argv):
   line, as the other jobs do."""
   parser = flags.Parser(__doc__.split('\n\n')[0])
   readers.add_reader_arguments(parser)
-  parser.add_argument('--model_dir', required=True,
+  parser.add_argument('--model_dir', required=True, type=flags.folder,
                       help='The trainer\'s model folder (its newest export '
                       'is used) or one export version folder.')
-  parser.add_argument('--output_dir', required=True)
+  parser.add_argument('--output_dir', required=True, type=flags.folder)
   parser.add_argument('--partition', default=None,
                       help='Sub-folder of output_dir for this run, '
                       'hive-style: key=value folders such as dt=2026-11-21 '

@@ -31,3 +31,6 @@ PROBABILITIES = 'probabilities'  # one per label, in the metadata's order
 # label names, parameters, data stats, calibration, the drift reference).
 EXPORT_DIR = 'export'
 METADATA_FILE = 'assets.extra/metadata.json'
+# The version's evaluation report (metrics.json, report.md and its plots),
+# published with it; the model folder's top holds a copy of the newest's.
+REPORT_DIR = 'assets.extra/report'

@@ -7,6 +7,7 @@ model folder, and gets its newest complete version, or one version folder.
 import json
 import logging
 import posixpath
+import re
 from typing import Dict, List, Tuple
 
 import tensorflow as tf
@@ -39,6 +40,39 @@ def write_metadata(export_dir: str, metadata: Dict) -> None:
   tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
 
 
+# A version folder's name: a whole number in ASCII digits, without leading
+# zeros (so that one number has one folder), below 2^63 (TF Serving's int64).
+_VERSION_NAME = re.compile(r'0|[1-9][0-9]*')
+MAX_VERSION = 2**63 - 1
+
+
+def version_number(name: str):
+  """The version a folder named ``name`` holds; None if it is no version's
+  name."""
+  name = name.rstrip('/')
+  if _VERSION_NAME.fullmatch(name) and int(name) <= MAX_VERSION:
+    return int(name)
+  return None
+
+
+def versions(model_dir: str) -> Dict[int, str]:
+  """The version folders of a model folder, by version; names that look
+  like versions but are none (``007``, ``²``, beyond 2^63) are skipped
+  with a warning naming them."""
+  root = posixpath.join(model_dir, serving.EXPORT_DIR)
+  found = {}
+  for name in tf.io.gfile.listdir(root) if tf.io.gfile.isdir(root) else []:
+    name = name.rstrip('/')
+    version = version_number(name)
+    if version is not None:
+      found[version] = posixpath.join(root, name)
+    elif name[:1].isdigit():
+      logging.warning('skipping %s: not a version folder (a whole number '
+                      'in ASCII digits, without leading zeros, below 2^63)',
+                      posixpath.join(root, name))
+  return found
+
+
 def resolve(model_dir: str) -> str:
   """The export folder: ``model_dir`` itself, or its newest complete version.
 
@@ -48,13 +82,9 @@ def resolve(model_dir: str) -> str:
   """
   if tf.io.gfile.exists(posixpath.join(model_dir, 'saved_model.pb')):
     return model_dir
-  root = posixpath.join(model_dir, serving.EXPORT_DIR)
-  versions = sorted(
-      (int(name.rstrip('/')) for name in (
-          tf.io.gfile.listdir(root) if tf.io.gfile.isdir(root) else [])
-       if name.rstrip('/').isdigit()), reverse=True)
-  for version in versions:
-    folder = posixpath.join(root, str(version))
+  found = versions(model_dir)
+  for version in sorted(found, reverse=True):
+    folder = found[version]
     missing = _missing_files(folder)
     if not missing:
       return folder
@@ -82,7 +112,7 @@ def load_metadata(export_dir: str) -> Dict:
   # A staged export, evaluated before it is given a version, has none yet;
   # a published one always has.
   version = metadata.get('version', 0)
-  if not (type(version) is int and 0 <= version < 2**63):  # pylint: disable=unidiomatic-typecheck
+  if not (type(version) is int and 0 <= version <= MAX_VERSION):  # pylint: disable=unidiomatic-typecheck
     raise ExportError(f'{path} has no version (a whole number below 2^63, '
                       f'as the version folders are named): {version!r}')
   return metadata

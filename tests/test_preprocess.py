@@ -356,7 +356,7 @@ def test_an_output_it_did_not_write_or_would_read_is_refused(tmp_path):
   write_jsonl(tmp_path / 'data' / 'in.jsonl', [{'text': 'x', 'label': 'a'}])
   (tmp_path / 'out').mkdir()
   (tmp_path / 'out' / 'notes.txt').write_text('kept')
-  with pytest.raises(cli.JobError, match='not an output of this job.*'
+  with pytest.raises(cli.JobError, match='files this job does not write.*'
                      '--overwrite'):
     preprocess.run([f'--input={tmp_path}/data/in.jsonl',
                     f'--output_dir={tmp_path}/out'])

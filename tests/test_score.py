@@ -626,7 +626,7 @@ def test_a_partition_flag_never_replaces_what_it_should_not(trained,
                              # Daily beside hourly: DuckDB reads neither.
                              ('dt=5', 'would mix layouts'),
                              ('day=7/hour=00', 'would mix layouts'),
-                             ('dt=6/hour=00', 'not an output of this job.*'
+                             ('dt=6/hour=00', 'files this job does not write.*'
                               '--overwrite')):
     with pytest.raises(cli.JobError, match=message):
       score.run(score_args(corpus, model_dir, output_dir,

@@ -322,13 +322,31 @@ def test_an_unreadable_lock_is_held_until_it_is_stale(tmp_path):
 
 def test_a_version_is_newer_than_every_existing_one(tmp_path):
   future = int(time.time()) + 10**6
-  (tmp_path / serving.EXPORT_DIR / str(future)).mkdir(parents=True)
-  staging = tmp_path / serving.EXPORT_DIR / '.tmp-run'
-  exports.write_metadata(str(staging), {'label_names': ['a', 'b']})
-  published = export.publish(str(staging), str(tmp_path))
-  assert published == str(tmp_path / serving.EXPORT_DIR / str(future + 1))
-  assert exports.read_metadata(published)['version'] == future + 1
-  assert not staging.exists()
+  export_root = tmp_path / serving.EXPORT_DIR
+  # Only the first is a version: a leading zero, a non-ASCII digit and a
+  # number beyond int64 are no version's names.
+  for name in (str(future), f'0{future + 5}', '\u00b2', str(2**63)):
+    (export_root / name).mkdir(parents=True)
+  assert export.next_version(str(tmp_path)) == future + 1
+
+
+def test_no_version_beyond_int64_is_published(tmp_path):
+  (tmp_path / serving.EXPORT_DIR / str(2**63 - 1)).mkdir(parents=True)
+  with pytest.raises(cli.JobError, match='64 bits'):
+    export.next_version(str(tmp_path))
+
+
+def test_names_that_are_no_versions_are_skipped_by_their_own_path(
+    tmp_path, caplog):
+  export_root = tmp_path / serving.EXPORT_DIR
+  for name in ('7', '007', '\u00b2', '\u0667', str(2**63)):
+    (export_root / name).mkdir(parents=True)
+    (export_root / name / 'saved_model.pb').write_bytes(b'')
+    exports.write_metadata(str(export_root / name), {'label_names': ['a']})
+  with caplog.at_level(logging.WARNING):
+    assert exports.resolve(str(tmp_path)) == str(export_root / '7')
+  for name in ('007', '\u00b2', '\u0667', str(2**63)):
+    assert f'skipping {export_root / name}: not a version' in caplog.text
 
 
 def test_a_model_no_better_than_the_majority_class_is_a_warning(

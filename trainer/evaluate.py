@@ -23,6 +23,7 @@ import numpy as np  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
 
 from serving import drift  # pylint: disable=wrong-import-position
+from schemas import folders  # pylint: disable=wrong-import-position
 from schemas import raw  # pylint: disable=wrong-import-position
 from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
@@ -30,8 +31,8 @@ from trainer import calibration  # pylint: disable=wrong-import-position
 from trainer import data as data_lib  # pylint: disable=wrong-import-position
 from serving import exports  # pylint: disable=wrong-import-position
 
-METRICS_FILE = 'metrics.json'
-REPORT_FILE = 'report.md'
+METRICS_FILE = folders.MODEL_METRICS
+REPORT_FILE = folders.MODEL_REPORT
 HISTORY_FILE = 'history.csv'
 HISTORY_PLOT = 'training_curves.png'
 # The split whose figures chose the model, as metrics.json says.
@@ -52,6 +53,11 @@ HEADLINE = (('examples', 'examples', '{}'),
 
 def confusion_plot(split: str) -> str:
   return f'confusion_matrix_{split}.png'
+
+
+# The report's pictures.
+PLOTS = (HISTORY_PLOT, calibration.RELIABILITY_PLOT,
+         *(confusion_plot(split) for split in raw.HELD_OUT))
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -240,19 +246,21 @@ class Evaluation:
   test_probabilities: np.ndarray
 
 
-def write_report(model_dir: str, evaluation: Evaluation,
-                 metadata: Dict) -> None:
-  """metrics.json, the PNG plots and report.md in ``model_dir``, for the
-  published export of ``metadata``."""
+def write_report(folder: str, evaluation: Evaluation, metadata: Dict,
+                 history_file: str) -> None:
+  """metrics.json, the PNG plots and report.md in ``folder``, for the
+  export of ``metadata`` (its version decided), trained with the history
+  ``history_file``."""
   metrics = evaluation.metrics
-  with tf.io.gfile.GFile(posixpath.join(model_dir, METRICS_FILE), 'w') as out:
+  tf.io.gfile.makedirs(folder)
+  with tf.io.gfile.GFile(posixpath.join(folder, METRICS_FILE), 'w') as out:
     json.dump(metrics, out, indent=2, sort_keys=True)
-  has_history = _plot_history(posixpath.join(model_dir, HISTORY_FILE),
-                              posixpath.join(model_dir, HISTORY_PLOT))
+  has_history = _plot_history(history_file,
+                              posixpath.join(folder, HISTORY_PLOT))
   calibration.plot_served(
       evaluation.test_labels, evaluation.test_probabilities,
       metadata['calibration']['temperature'],
-      posixpath.join(model_dir, calibration.RELIABILITY_PLOT))
+      posixpath.join(folder, calibration.RELIABILITY_PLOT))
   lines = [
       '# Evaluation report', '',
       f'Export version {metadata["version"]}, evaluated through its raw-text '
@@ -262,7 +270,7 @@ def write_report(model_dir: str, evaluation: Evaluation,
       '', *_summary_lines(metrics)]
   for split in raw.HELD_OUT:
     _plot_confusion(metrics[split], split,
-                    posixpath.join(model_dir, confusion_plot(split)))
+                    posixpath.join(folder, confusion_plot(split)))
     lines += _split_lines(metrics[split], split)
   if has_history:
     lines += ['', f'![loss and accuracy per epoch]({HISTORY_PLOT})']
@@ -270,7 +278,7 @@ def write_report(model_dir: str, evaluation: Evaluation,
   lines += ['', '## Training parameters', '', '```json',
             json.dumps(metadata.get('training', {}), indent=2, sort_keys=True),
             '```', '']
-  with tf.io.gfile.GFile(posixpath.join(model_dir, REPORT_FILE), 'w') as out:
+  with tf.io.gfile.GFile(posixpath.join(folder, REPORT_FILE), 'w') as out:
     out.write('\n'.join(lines))
 
 

@@ -87,19 +87,25 @@ def save(model, tft_output, label_names: List[str], staging: str,
   exports.write_metadata(staging, {**metadata, 'label_names': label_names})
 
 
-def publish(staging: str, model_dir: str) -> str:
-  """Renames a complete staged export to ``export/<version>/``; returns it.
-
-  The version is the time in seconds, but above every existing version, so
-  the newest version is always the newest run's, even after the clock went
-  back; the model folder's lock keeps two runs from taking the same one.
-  """
-  cli.check_not_stopped()
-  export_root = posixpath.join(model_dir, serving.EXPORT_DIR)
-  versions = [int(name.rstrip('/')) for name in tf.io.gfile.listdir(
-      export_root) if name.rstrip('/').isdigit()]
+def next_version(model_dir: str) -> int:
+  """The version the run's export will have: the time in seconds, but above
+  every existing version, so the newest version is always the newest run's,
+  even after the clock went back; the model folder's lock keeps two runs
+  from taking the same one."""
+  versions = exports.versions(model_dir)
   version = max([int(time.time()), *(v + 1 for v in versions)])
-  exports.add_metadata(staging, {'version': version})
-  final = posixpath.join(export_root, str(version))
+  if version > exports.MAX_VERSION:
+    raise cli.JobError(
+        f'{model_dir} has the version {max(versions)}, and no version above '
+        f'it fits in 64 bits ({exports.MAX_VERSION}) as TF Serving reads '
+        'versions: train into another --model_dir')
+  return version
+
+
+def publish(staging: str, model_dir: str, version: int) -> str:
+  """Renames a complete staged export, whose metadata names ``version``,
+  to ``export/<version>/``; returns it."""
+  cli.check_not_stopped()
+  final = posixpath.join(model_dir, serving.EXPORT_DIR, str(version))
   tf.io.gfile.rename(staging, final)
   return final

@@ -131,9 +131,9 @@ def _batches(items: Iterable, size: int) -> Iterator[List]:
     yield batch
 
 
-def run(argv=None):
+def parse_args(argv):
   parser = flags.Parser(__doc__.split('\n\n')[0], fromfile_prefix_chars=None)
-  parser.add_argument('--model_dir', required=True,
+  parser.add_argument('--model_dir', required=True, type=flags.folder,
                       help='The trainer\'s model folder or one export folder.')
   parser.add_argument('--json', action='store_true',
                       help='One JSON object a line: text, label, confidence, '
@@ -145,7 +145,11 @@ def run(argv=None):
   parser.add_argument('texts', nargs='*',
                       help='Texts to classify; without any, one a line '
                       'from standard input.')
-  args, _ = flags.parse(parser, argv)
+  return flags.parse(parser, argv)[0]
+
+
+def run(argv=None):
+  args = parse_args(argv)
   # A label or text that standard output's encoding lacks is printed
   # escaped, not a crash.
   sys.stdout.reconfigure(errors='backslashreplace')

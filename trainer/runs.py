@@ -19,7 +19,10 @@ import time
 
 import tensorflow as tf
 
+import cli
+from schemas import folders
 from schemas import serving
+from serving import exports
 from trainer import evaluate
 from trainer import model as model_lib
 
@@ -85,6 +88,69 @@ class Run:
     """Removes what a failed run staged; its logs stay, to show why."""
     _remove(self.export)
     _remove(self.scratch)
+
+
+def _ours(name: str, model_folder: bool) -> bool:
+  """Whether the trainer writes an entry of this name at the top of a
+  folder that is a ``model_folder`` (one it published a version in, or
+  locked), or else one that only its runs that failed wrote to."""
+  return (name.startswith((SCRATCH_PREFIX, folders.MODEL_LOCK)) or
+          name == LOGS_DIR or model_folder and name in (
+              serving.EXPORT_DIR, folders.MODEL_METRICS, folders.MODEL_REPORT,
+              *SCRATCH, *evaluate.PLOTS))
+
+
+def check_own(model_dir: str) -> None:
+  """A JobError unless ``model_dir`` is new, empty or a model folder with
+  nothing in it that the trainer does not write (anything else would be
+  overwritten or swept away), and sits inside no other job's output."""
+  found = folders.enclosing_output(model_dir, tf.io.gfile.exists)
+  if found:
+    raise cli.JobError(f'--model_dir {model_dir} is inside {found[0]}, '
+                       f'{found[1]}: train into a folder of its own')
+  if not tf.io.gfile.isdir(model_dir):
+    if tf.io.gfile.exists(model_dir):
+      raise cli.JobError(f'--model_dir {model_dir} is a file')
+    return
+  names = [name.rstrip('/') for name in tf.io.gfile.listdir(model_dir)]
+  jobs = folders.owners(set(names).__contains__)
+  model_folder = bool({serving.EXPORT_DIR, folders.MODEL_LOCK} & set(names))
+  export_root = posixpath.join(model_dir, serving.EXPORT_DIR)
+  foreign = [name for name in names if not _ours(name, model_folder)] + [
+      posixpath.join(serving.EXPORT_DIR, name.rstrip('/'))
+      for name in (tf.io.gfile.listdir(export_root)
+                   if tf.io.gfile.isdir(export_root) else [])
+      if exports.version_number(name) is None and
+      not name.startswith(STAGING_PREFIX)]
+  if jobs - {folders.MODEL}:
+    problem = f'is {" and ".join(sorted(jobs - {folders.MODEL}))}'
+  elif foreign:
+    problem = (f'holds {foreign[0]}, which the trainer does not write and '
+               'would not keep')
+  else:
+    return
+  raise cli.JobError(f'--model_dir {model_dir} {problem}: train into a new '
+                     'or empty folder, or a model folder of the trainer\'s')
+
+
+def report_dir(export_dir: str) -> str:
+  return posixpath.join(export_dir, serving.REPORT_DIR)
+
+
+def copy_report(model_dir: str) -> None:
+  """Copies the newest version's report to the model folder's top, where
+  readers look for it; a run killed before it had copied is made good by
+  the next, which copies again when it starts."""
+  try:
+    newest = exports.resolve(model_dir)
+  except exports.ExportError:
+    return
+  folder = report_dir(newest)
+  if not tf.io.gfile.isdir(folder):
+    return  # a version exported before the report went with it
+  for name in tf.io.gfile.listdir(folder):
+    tf.io.gfile.copy(posixpath.join(folder, name),
+                     posixpath.join(model_dir, name), overwrite=True)
 
 
 def sweep(model_dir: str) -> None:

@@ -67,9 +67,9 @@ def parse_args(argv):
   """The trainer's flags, each typed and range-checked; @FILE reads flags
   from a file, one a line (configs/<name>/)."""
   parser = flags.Parser(__doc__.split('\n\n')[0])
-  parser.add_argument('--data_dir', required=True,
+  parser.add_argument('--data_dir', required=True, type=flags.folder,
                       help='Output folder of pipeline.preprocess.')
-  parser.add_argument('--model_dir', required=True)
+  parser.add_argument('--model_dir', required=True, type=flags.folder)
   parser.add_argument('--epochs', type=flags.integer(1), default=None,
                       help='Most epochs of the transformer (stopped early '
                       'on validation); default: enough for about '
@@ -177,7 +177,10 @@ def callbacks(args, scratch: str, logs: str):
                                     patience=args.patience,
                                     restore_best_weights=True, verbose=1),
       keras.callbacks.ModelCheckpoint(
-          posixpath.join(scratch, runs.CHECKPOINTS_DIR, 'best.weights.h5'),
+          # Keras formats the path with the epoch's figures ({epoch}): a
+          # brace of the folder's name is a literal one.
+          posixpath.join(scratch, runs.CHECKPOINTS_DIR, 'best.weights.h5')
+          .replace('{', '{{').replace('}', '}}'),
           monitor=args.monitor, save_best_only=True, save_weights_only=True),
       keras.callbacks.TensorBoard(logs),
       keras.callbacks.CSVLogger(posixpath.join(scratch,
@@ -410,9 +413,11 @@ def run(argv=None):
     params = model_params(args)
   except ValueError as error:
     raise cli.JobError(str(error)) from error
+  runs.check_own(args.model_dir)
   tf.io.gfile.makedirs(args.model_dir)
   with lock.exclusive(args.model_dir):
     runs.sweep(args.model_dir)
+    runs.copy_report(args.model_dir)
     run_folders = runs.Run(args.model_dir)
     try:
       return train_and_publish(args, params, data, run_folders, started)
@@ -444,10 +449,17 @@ def train_and_publish(args, params: model_lib.ModelParams,
       'calibration': fitted,
   })
   evaluation = evaluate.evaluate(run_folders.export, data)
-  export_dir = export.publish(run_folders.export, args.model_dir)
+  version = export.next_version(args.model_dir)
+  exports.add_metadata(run_folders.export, {'version': version})
+  # The report goes with the version, so that a version never lacks its
+  # report, nor the report its version.
+  evaluate.write_report(
+      runs.report_dir(run_folders.export), evaluation,
+      exports.read_metadata(run_folders.export),
+      posixpath.join(run_folders.scratch, evaluate.HISTORY_FILE))
+  export_dir = export.publish(run_folders.export, args.model_dir, version)
   run_folders.publish_scratch()
-  evaluate.write_report(args.model_dir, evaluation,
-                        exports.read_metadata(export_dir))
+  runs.copy_report(args.model_dir)
   validation = evaluation.metrics[raw.VALIDATION]
   test = evaluation.metrics[raw.TEST]
   logging.info(

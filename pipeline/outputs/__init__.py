@@ -15,8 +15,8 @@ from pipeline.outputs.policy import OutputError
 from pipeline.outputs.policy import check_outside_input
 from pipeline.outputs.policy import check_replaceable
 from pipeline.outputs.staging import STALE_SECONDS
-from pipeline.outputs.staging import SUCCESS_MARKER
 from pipeline.outputs.staging import StagedOutput
+from schemas.folders import SUCCESS_MARKER
 from pipeline.outputs.staging import mark_finished
 from pipeline.outputs.staging import staging_root
 
@@ -35,5 +35,6 @@ def staged(root: str, input_pattern: Optional[str] = None, *,
   if input_pattern:
     check_outside_input([output.final_dir, output.staging_dir], layout,
                         input_pattern)
-  check_replaceable(output.root, output.final_dir, layout, overwrite)
+  check_replaceable(output.root, output.final_dir, layout, overwrite,
+                    input_pattern or '')
   return output

@@ -24,6 +24,13 @@ def is_local(path: str) -> bool:
   return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
 
 
+def exists(path: str) -> bool:
+  """Whether a file or a folder is at ``path``; on an object store, a
+  folder is the common prefix of files' names."""
+  return FileSystems.exists(path) or bool(FileSystems.match(
+      [path.rstrip('/') + '/*'], [1])[0].metadata_list)
+
+
 def files(folder: str) -> List[FileMetadata]:
   """Every file under ``folder``, hidden ones too."""
   return FileSystems.match([folder.rstrip('/') + '/**'])[0].metadata_list

@@ -1,10 +1,11 @@
 """What an output may replace: the checks a job's output passes before its
 pipeline starts."""
+import collections
 import dataclasses
 import os
 import posixpath
 import re
-from typing import List, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
@@ -12,6 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 import cli
 from pipeline.outputs import files
 from pipeline.readers import matching
+from schemas import folders
 
 # Stands for each ``*`` of a Layout's globs in the paths checked against the
 # input pattern: the shard name Beam's sinks give their files.
@@ -32,10 +34,12 @@ class Layout:
   job writes as output; anything else staged, such as a runner's
   ``beam-temp-*`` leftovers, is not published. ``markers``: names at the top
   of a folder that only an output of this job has; without any, every
-  existing folder may be replaced.
+  existing folder may be replaced. ``owner``: whose output it is, as
+  ``schemas.folders`` names it.
   """
   contents: Tuple[str, ...] = ('**',)
   markers: Tuple[str, ...] = ()
+  owner: Optional[str] = None
 
   def publishes(self, relative: str) -> bool:
     return any(re.match(FileSystem.translate_pattern(glob), relative)
@@ -77,26 +81,77 @@ def _file_in_the_way(root: str, final_dir: str) -> str:
     path = posixpath.dirname(path)
 
 
+def check_not_inside_output(final_dir: str) -> None:
+  """Fails if a folder above the output folder is a job's output (a
+  preprocessing output, a scoring output, a model folder): that job's rerun
+  would delete this output, or this one corrupt it."""
+  found = folders.enclosing_output(final_dir, files.exists)
+  if found:
+    raise OutputError(f'{final_dir} is inside {found[0]}, {found[1]}: '
+                      'write each output into a folder of its own')
+
+
+def _owners(held: List[str]) -> Dict[str, Set[str]]:
+  """Whose outputs the folders among ``held`` (paths relative to the output
+  folder) are, of those that are a job's, by folder ('' the output folder
+  itself)."""
+  names = collections.defaultdict(set)
+  for path in held:
+    parts = path.split('/')
+    for depth in range(len(parts)):
+      names['/'.join(parts[:depth])].add(parts[depth])
+  found = {}
+  for folder, inside in names.items():
+    jobs = folders.owners(inside.__contains__)
+    if jobs:
+      found[folder] = jobs
+  return found
+
+
 def check_replaceable(root: str, final_dir: str, layout: Layout,
-                      overwrite: bool) -> None:
-  """Fails, unless told to overwrite, if the output folder is a file, or
-  holds files and is not an output this job published: no marker at its
-  top, or one further down (other partitions, which a rerun would
-  delete)."""
+                      overwrite: bool, input_pattern: str = '') -> None:
+  """Fails if the output folder is a file or sits inside another job's
+  output; and if it holds files, unless every one of them is one this job
+  publishes (an earlier run's output, which a rerun replaces) or
+  ``overwrite``. Even with ``overwrite``, fails if the output folder is or
+  holds another job's output, or files the input pattern reads: replacing
+  the folder would delete them."""
   in_the_way = _file_in_the_way(root, final_dir)
   if in_the_way:
     raise OutputError(f'{in_the_way} is a file, where the output needs a '
                       'folder; remove it or choose another --output_dir')
-  if overwrite or not layout.markers:
-    return
+  check_not_inside_output(final_dir)
   held = [files.relative(m, final_dir) for m in files.files(final_dir)]
+  others = {folder: jobs - {layout.owner}
+            for folder, jobs in _owners(held).items()
+            if jobs - {layout.owner}}
+  if others:
+    folder, jobs = sorted(others.items())[0]
+    raise OutputError(
+        f'{posixpath.join(final_dir, folder).rstrip("/")} is '
+        f'{" and ".join(sorted(jobs))}, which this job never replaces, with '
+        '--overwrite or without; choose another --output_dir')
+  if input_pattern:
+    reads = re.compile(matching.translate(
+        files.resolved_pattern(input_pattern))).fullmatch
+    inputs = [path for path in held
+              if reads(posixpath.join(final_dir, path))]
+    if inputs:
+      raise OutputError(
+          f'{final_dir} holds the input {posixpath.join(final_dir, inputs[0])}'
+          ', which replacing it would delete, with --overwrite or without; '
+          'choose another --output_dir')
+  if overwrite:
+    return
   nested = [p for p in held if '/' in p and
             posixpath.basename(p) in layout.markers]
+  foreign = [p for p in held if not (layout.publishes(p) or p == folders.SUCCESS_MARKER)]
   if nested:
     problem = ('holds other outputs of this job, such as '
                f'{posixpath.dirname(nested[0])}')
-  elif held and not {p.split('/')[0] for p in held} & set(layout.markers):
-    problem = 'is not an output of this job'
+  elif foreign:
+    problem = ('holds files this job does not write, such as '
+               f'{foreign[0]}')
   else:
     return
   raise OutputError(f'{final_dir} {problem}; pass --overwrite to replace '

@@ -14,10 +14,8 @@ import cli
 from pipeline.outputs import files
 from pipeline.outputs import swap
 from pipeline.outputs.policy import OutputError
+from schemas.folders import SUCCESS_MARKER
 
-# The marker a finished output carries (the Hadoop convention): on object
-# stores, where a folder cannot be replaced in one step, it goes last.
-SUCCESS_MARKER = '_SUCCESS'
 # A run killed with SIGKILL (which cannot be handled) leaves its staging
 # folder behind; the next run of the same output removes it once no file in
 # it has changed for this long.

@@ -216,4 +216,5 @@ class RawTextModelHandler(base.ModelHandler[Sequence[Dict],
     return sum(len(record[raw.TEXT]) for record in batch)
 
   def __repr__(self):
-    return f'RawTextModelHandler({self._export_dir!r})'
+    # ASCII: Beam encodes it, as RunInference's annotation, in ASCII.
+    return f'RawTextModelHandler({ascii(self._export_dir)})'

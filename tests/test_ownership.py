@@ -1,0 +1,207 @@
+"""No job writes over, into or around what it does not own.
+
+Every job × every folder it must not replace (another tool's files, each
+other job's output, a folder inside one, the folder of its own input) ×
+with and without --overwrite: one ``error:`` line, exit status 2, and not a
+byte changed anywhere. Folder names with what Beam and TensorFlow read as a
+pattern are refused by every folder flag; other odd names work end to end.
+"""
+import os
+import shutil
+
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+import pytest
+
+from cli import flags
+from pipeline import preprocess
+from pipeline import score
+from tests.conftest import built_once
+from tests.conftest import main_in_process
+from tests.conftest import run_module
+from tests.conftest import synthetic_reviews
+from tests.conftest import write_jsonl
+from tests.test_trainer import TINY_MODEL
+from trainer import predict
+from trainer import train
+
+
+def _score_reviews(trained):
+  def build(folder):
+    write_jsonl(folder / 'reviews.jsonl', synthetic_reviews(40, 3))
+    score.run([f'--input={folder}/reviews.jsonl',
+               f'--model_dir={trained[0]}',
+               f'--output_dir={folder / "scored"}'])
+  return build
+
+
+@pytest.fixture(scope='module')
+def scored(tmp_path_factory, trained):
+  """A scoring output, made once."""
+  return built_once(tmp_path_factory, 'scored', _score_reviews(trained)) / (
+      'scored')
+
+
+def snapshot(folder):
+  """Every folder and file under ``folder``, with each file's bytes."""
+  found = {}
+  for root, folders, names in os.walk(folder):
+    for name in folders:
+      found[os.path.relpath(os.path.join(root, name), folder) + '/'] = None
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, 'rb') as handle:
+        found[os.path.relpath(path, folder)] = handle.read()
+  return found
+
+
+def _foreign(target, _):
+  """Another tool's experiment folder, with names the trainer uses too."""
+  (target / 'checkpoints').mkdir(parents=True)
+  (target / 'checkpoints' / 'step-100.ckpt').write_bytes(b'weights')
+  for name in ('metrics.json', 'report.md', 'history.csv', 'notes.txt'):
+    (target / name).write_text(f'{name} of another tool')
+
+
+def _copy_of(which):
+  def make(target, outputs):
+    shutil.copytree(outputs[which], target)
+  return make
+
+
+def _inside(which):
+  def make(target, outputs):
+    shutil.copytree(outputs[which], target.parent)
+  return make
+
+
+TARGETS = {
+    'foreign files': _foreign,
+    'a preprocessing output': _copy_of('preprocessed'),
+    'a model folder': _copy_of('model'),
+    'a scoring output': _copy_of('scored'),
+    'inside a preprocessing output': _inside('preprocessed'),
+    'inside a model folder': _inside('model'),
+    'inside a scoring output': _inside('scored'),
+    'the input\'s folder': None,
+}
+# Each job's own output, which it replaces on a rerun.
+OWN = {'preprocess': 'a preprocessing output', 'score': 'a scoring output',
+       'train': 'a model folder'}
+
+
+def _cases():
+  for job in ('preprocess', 'score', 'train'):
+    for target in TARGETS:
+      if target == OWN[job]:
+        continue
+      # Foreign files are replaced when the operator says so; the trainer
+      # has no --overwrite.
+      overwrites = [False] + [True] * (job != 'train' and
+                                       target != 'foreign files')
+      for overwrite in overwrites:
+        yield job, target, overwrite
+
+
+@pytest.mark.parametrize('job,target,overwrite', list(_cases()))
+def test_no_job_replaces_what_it_does_not_own(
+    tmp_path, monkeypatch, capsys, synthetic_preprocessed, trained, scored,
+    job, target, overwrite):
+  outputs = {'preprocessed': synthetic_preprocessed, 'model': trained[0],
+             'scored': scored}
+  inputs = tmp_path / 'inputs'
+  inputs.mkdir()
+  corpus = write_jsonl(inputs / 'reviews.jsonl', synthetic_reviews(60, 0))
+  data_dir = tmp_path / 'preprocessed'
+  shutil.copytree(synthetic_preprocessed, data_dir)
+  if TARGETS[target]:
+    folder = tmp_path / 'target' / 'out'
+    TARGETS[target](folder, outputs)
+  else:
+    folder = data_dir if job == 'train' else inputs
+  before = snapshot(tmp_path)
+  if job == 'preprocess':
+    status, stderr = main_in_process(
+        monkeypatch, capsys, preprocess.run, f'--input={corpus}',
+        f'--output_dir={folder}', *['--overwrite'] * overwrite)
+  elif job == 'score':
+    status, stderr = main_in_process(
+        monkeypatch, capsys, score.run, f'--input={corpus}',
+        f'--model_dir={trained[0]}', f'--output_dir={folder}',
+        *['--overwrite'] * overwrite)
+  else:
+    status, stderr = main_in_process(
+        monkeypatch, capsys, train.run, f'--data_dir={data_dir}',
+        f'--model_dir={folder}', *TINY_MODEL)
+  assert status == 2, stderr
+  assert [line for line in stderr.splitlines()
+          if line.startswith('error:')] == [stderr.strip().splitlines()[-1]]
+  assert 'Traceback' not in stderr
+  assert snapshot(tmp_path) == before
+
+
+def test_the_trainer_trains_into_a_folder_a_failed_run_left(
+    tmp_path, synthetic_preprocessed):
+  # Logs and a scratch folder, what a run killed in its first epoch leaves.
+  model_dir = tmp_path / 'model'
+  (model_dir / 'logs' / 'run-1').mkdir(parents=True)
+  (model_dir / '.run-20261125-000000-abcdef').mkdir()
+  train.run([f'--data_dir={synthetic_preprocessed}',
+             f'--model_dir={model_dir}', *TINY_MODEL])
+  assert (model_dir / 'export').is_dir()
+
+
+# Every entry point's folder flags, with the flags each needs besides.
+FOLDER_FLAGS = {
+    'preprocess --output_dir': (preprocess.parse_args, 'output_dir',
+                                ['--input=in.jsonl']),
+    'score --output_dir': (score.parse_args, 'output_dir',
+                           ['--input=in.jsonl', '--model_dir=m']),
+    'score --model_dir': (score.parse_args, 'model_dir',
+                          ['--input=in.jsonl', '--output_dir=o']),
+    'train --data_dir': (train.parse_args, 'data_dir', ['--model_dir=m']),
+    'train --model_dir': (train.parse_args, 'model_dir', ['--data_dir=d']),
+    'predict --model_dir': (predict.parse_args, 'model_dir', []),
+}
+_NAMES = st.text(st.sampled_from('[]?*{}\\ ab.-_é文,=\'"$'), min_size=1,
+                 max_size=8)
+
+
+@pytest.mark.parametrize('entry', sorted(FOLDER_FLAGS))
+@settings(max_examples=60, deadline=None)
+@given(name=_NAMES)
+def test_a_folder_flag_takes_a_name_as_it_is_or_refuses_a_pattern(
+    entry, name):
+  parse, flag, others = FOLDER_FLAGS[entry]
+  value = f'/data/{name}/out'
+  argv = [*others, f'--{flag}={value}']
+  if set(name) & set(flags.PATTERN_CHARACTERS):
+    with pytest.raises(SystemExit) as exit_info:
+      parse(argv)
+    assert exit_info.value.code == 2
+  else:
+    args = parse(argv)
+    args = args[0] if isinstance(args, tuple) else args
+    assert getattr(args, flag) == value
+
+
+def test_odd_folder_names_work_end_to_end(tmp_path):
+  """Spaces, braces, quotes, commas and non-ASCII in every folder: the
+  three jobs and trainer.predict."""
+  odd = tmp_path / 'a {b,c} é 文\'s "$x",y=1'
+  odd.mkdir()
+  corpus = write_jsonl(odd / 'reviews.jsonl',
+                       synthetic_reviews(300, 0) + synthetic_reviews(100, 1))
+  preprocess.run([f'--input={corpus}', f'--output_dir={odd / "pre {1}"}',
+                  '--split_field=split', '--max_len=24'])
+  _, export_dir = train.run([f'--data_dir={odd / "pre {1}"}',
+                             f'--model_dir={odd / "model é"}', *TINY_MODEL])
+  assert export_dir.startswith(str(odd / 'model é'))
+  manifest = score.run([f'--input={corpus}', f'--model_dir={odd / "model é"}',
+                        f'--output_dir={odd / "scores {x}"}'])
+  assert manifest['counts']['scored'] == 400
+  predicted = run_module('trainer.predict', f'--model_dir={odd / "model é"}',
+                         'a superb film')
+  assert predicted.returncode == 0, predicted.stderr
+  assert predicted.stdout.split('\t')[0] in ('pos', 'neg')
