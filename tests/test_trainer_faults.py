@@ -27,6 +27,7 @@ from tests.conftest import run_module
 from tests.test_fail_loud import tree
 from tests.test_trainer import TINY_MODEL
 from tests.test_trainer import preprocess_rows
+from trainer import data as data_lib
 from trainer import evaluate
 from trainer import export
 from trainer import lock
@@ -375,3 +376,66 @@ def test_a_model_better_than_the_majority_class_is_no_warning(caplog):
   with caplog.at_level(logging.WARNING):
     evaluate.warn_if_no_better_than_majority(metrics, ['neg', 'pos'])
   assert not caplog.text
+
+
+def test_a_data_folder_republished_while_training_publishes_nothing(
+    tmp_path, monkeypatch, synthetic_preprocessed):
+  data_dir, model_dir = tmp_path / 'preprocessed', tmp_path / 'model'
+  shutil.copytree(synthetic_preprocessed, data_dir)
+  flags = [f'--data_dir={data_dir}', f'--model_dir={model_dir}', *TINY_MODEL]
+  _, first = train.run(flags)
+  assert exports.read_metadata(first)['preprocessing_fingerprint'] == (
+      data_lib.fingerprint_of(str(data_dir)))
+  real_train = train.train
+
+  def train_then_republish(*args):
+    trained = real_train(*args)
+    # What a nightly preprocessing run does: new files, put in place.
+    fresh = tmp_path / 'fresh'
+    shutil.copytree(data_dir, fresh, copy_function=shutil.copy)
+    shutil.rmtree(data_dir)
+    fresh.rename(data_dir)
+    return trained
+
+  monkeypatch.setattr(train, 'train', train_then_republish)
+  with pytest.raises(cli.JobError, match='changed while the trainer read'):
+    train.run(flags)
+  assert os.listdir(model_dir / serving.EXPORT_DIR) == [
+      os.path.basename(first)]
+
+
+def test_a_run_killed_before_copying_its_report_is_made_good(
+    tmp_path, monkeypatch, synthetic_preprocessed):
+  model_dir = tmp_path / 'model'
+  flags = [f'--data_dir={synthetic_preprocessed}', f'--model_dir={model_dir}',
+           *TINY_MODEL]
+  train.run(flags)
+  copies = []
+
+  def killed_the_second_time(folder):
+    copies.append(folder)
+    if len(copies) == 2:  # the new version's, once published
+      raise KeyboardInterrupt
+    real_copy(folder)
+
+  real_copy = runs.copy_report
+  monkeypatch.setattr(runs, 'copy_report', killed_the_second_time)
+  with pytest.raises(KeyboardInterrupt):
+    train.run(flags)
+  newest = exports.resolve(str(model_dir))
+  # The version carries its own report, naming it ...
+  own = pathlib.Path(runs.report_dir(newest), evaluate.REPORT_FILE)
+  version = exports.read_metadata(newest)['version']
+  assert f'Export version {version},' in own.read_text()
+  assert f'Export version {version},' not in (
+      model_dir / evaluate.REPORT_FILE).read_text()
+  # ... and the next run copies it to the top as it starts.
+  monkeypatch.setattr(runs, 'copy_report', real_copy)
+  monkeypatch.setattr(train, 'train', _fail)
+  with pytest.raises(RuntimeError):
+    train.run(flags)
+  assert (model_dir / evaluate.REPORT_FILE).read_text() == own.read_text()
+
+
+def _fail(*_):
+  raise RuntimeError('injected')

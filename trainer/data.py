@@ -1,5 +1,6 @@
 """The preprocessing job's output, as the trainer needs it."""
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -14,6 +15,19 @@ from schemas import raw
 from schemas import transformed
 
 
+def fingerprint_of(data_dir: str) -> str:
+  """A digest of every file's path, size and modification time in
+  ``data_dir``: a republished output has new files, so another digest."""
+  digest = hashlib.sha256()
+  for folder, _, names in sorted(tf.io.gfile.walk(data_dir)):
+    for name in sorted(names):
+      path = posixpath.join(folder, name)
+      stat = tf.io.gfile.stat(path)
+      digest.update(json.dumps([posixpath.relpath(path, data_dir), stat.length,
+                                stat.mtime_nsec]).encode())
+  return digest.hexdigest()
+
+
 @dataclasses.dataclass
 class PreprocessedData:
   """Everything the trainer learns from a preprocessing output folder."""
@@ -24,11 +38,15 @@ class PreprocessedData:
   label_names: List[str]
   vocab_size: int
   max_len: int
+  # What the folder held when the trainer began to read it.
+  fingerprint: str = ''
 
   @classmethod
   def load(cls, data_dir: str) -> 'PreprocessedData':
     """The output in ``data_dir``, checked whole before any training: a
     JobError naming what is missing or unreadable otherwise."""
+    # First, so that whatever is read after is checked against it.
+    fingerprint = fingerprint_of(data_dir)
     _check_parts(data_dir)
     params = _read_json(data_dir, transformed.PARAMS_FILE)
     stats = _read_json(data_dir, transformed.STATS_FILE)
@@ -48,9 +66,20 @@ class PreprocessedData:
       raise _incomplete(data_dir, str(error)) from error
     data = cls(data_dir=data_dir, tft_output=tft_output, params=params,
                stats=stats, label_names=label_names, vocab_size=vocab_size,
-               max_len=max_len)
+               max_len=max_len, fingerprint=fingerprint)
     data._check_split_files()
     return data
+
+  def check_unchanged(self) -> None:
+    """A JobError if the folder changed since ``load``: a preprocessing run
+    published into it, so the model may have been trained on one output and
+    evaluated, or exported with the transform graph, of another."""
+    if fingerprint_of(self.data_dir) != self.fingerprint:
+      raise cli.JobError(
+          f'{self.data_dir} changed while the trainer read it (a '
+          'preprocessing run published into it?): what was trained, '
+          'exported and evaluated may come from different outputs, so '
+          'nothing was published; train again')
 
   def _check_split_files(self) -> None:
     """A JobError for a split that stats.json counts but no file holds."""

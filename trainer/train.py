@@ -449,8 +449,11 @@ def train_and_publish(args, params: model_lib.ModelParams,
       'calibration': fitted,
   })
   evaluation = evaluate.evaluate(run_folders.export, data)
+  data.check_unchanged()
   version = export.next_version(args.model_dir)
-  exports.add_metadata(run_folders.export, {'version': version})
+  exports.add_metadata(run_folders.export, {
+      'version': version,
+      'preprocessing_fingerprint': data.fingerprint})
   # The report goes with the version, so that a version never lacks its
   # report, nor the report its version.
   evaluate.write_report(
