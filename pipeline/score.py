@@ -69,6 +69,11 @@ def parse_args(argv):
                       'hive-style: key=value folders such as dt=2026-11-21 '
                       'or dt=2026-11-21/hour=03, keyed as the partitions '
                       'already there; a rerun replaces it whole.')
+  parser.add_argument('--allow_schema_change', action='store_true',
+                      help='Write a partition whose columns differ from '
+                      'those of the partitions beside it (a model with '
+                      'other labels, other --keep_fields); readers must '
+                      'then merge the partitions\' schemas.')
   parser.add_argument('--overwrite', action='store_true',
                       help='Replace the output folder even if this job did '
                       'not write it, or it holds other partitions.')

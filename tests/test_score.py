@@ -42,6 +42,7 @@ from tests.conftest import assert_float32_close
 from tests.conftest import beam_pipeline
 from tests.conftest import dead_letters
 from tests.conftest import float32_approx
+from tests.conftest import main_in_process
 from tests.conftest import Poisoned
 from tests.conftest import REPO
 from tests.conftest import run_module
@@ -748,3 +749,36 @@ def test_scoring_into_an_object_store(trained, tmp_path):
     assert [m.path for m in FileSystems.match(
         [f's3://{s3.BUCKET}/**'])[0].metadata_list if
             not m.path.startswith(partition + '/')] == []
+
+
+def test_a_partition_of_other_columns_needs_its_flag_and_readers_see_all(
+    tmp_path, trained, monkeypatch, capsys):
+  model_dir, _, _ = trained
+  corpus = write_jsonl(tmp_path / 'in.jsonl', [
+      {'id': str(i), 'text': 'a superb film', 'source': 'web'}
+      for i in range(10)])
+  root = tmp_path / 'scores'
+  common = [f'--input={corpus}', f'--model_dir={model_dir}',
+            f'--output_dir={root}']
+  score.run([*common, '--partition=dt=1'])
+  # A new column (a model with a third label does the same): readers of
+  # the root would take one partition's columns for all.
+  status, stderr = main_in_process(
+      monkeypatch, capsys, score.run, *common, '--partition=dt=2',
+      '--keep_fields=source')
+  assert status == 2
+  assert 'this run adds: source string' in stderr.splitlines()[-1]
+  assert sorted(os.listdir(root)) == ['dt=1']
+  score.run([*common, '--partition=dt=2', '--keep_fields=source',
+             '--allow_schema_change'])
+  # The reader options the README gives see every column of every day.
+  files = sorted(root.glob('*/part-*.parquet'))
+  schema = pa.unify_schemas([pq.read_schema(path) for path in files])
+  table = ds.dataset(root, partitioning='hive', schema=schema).to_table()
+  assert table.num_rows == 20
+  assert table.column('source').null_count == 10
+  counts = duckdb.sql(f"""
+      SELECT dt, count(source) FROM read_parquet('{root}/*/*.parquet',
+          hive_partitioning = true, union_by_name = true)
+      GROUP BY dt ORDER BY dt""").fetchall()
+  assert counts == [(1, 0), (2, 10)]

@@ -4,8 +4,10 @@ import posixpath
 import re
 from typing import Dict, List, Tuple
 
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 import cli
 from pipeline import outputs
@@ -73,6 +75,51 @@ def check_partition_layout(output_dir: str, partition: str) -> None:
           f'{"/".join(partition_keys(existing)) or "otherwise"}; '
           f'--partition={partition} (keyed {"/".join(wanted) or "otherwise"})'
           ' would mix layouts that hive-style readers cannot read together')
+
+
+def _columns(schema: pa.Schema) -> List[str]:
+  return [f'{field.name} {field.type}' for field in schema]
+
+
+def check_sibling_schemas(output_dir: str, partition: str,
+                          schema: pa.Schema) -> None:
+  """ValueError when a partition beside ``partition`` has other columns
+  than ``schema`` (a model with another label set, other kept fields):
+  readers of the root (pyarrow.dataset, pandas, DuckDB) take one
+  partition's columns for all and drop or refuse the others'."""
+  if not partition:
+    return
+  own = posixpath.join(output_dir, partition)
+  markers = FileSystems.match([posixpath.join(
+      output_dir, '**', outputs.SUCCESS_MARKER)])[0].metadata_list
+  for marker in sorted(markers, key=lambda m: m.path):
+    folder = posixpath.dirname(marker.path)
+    if folder == own:
+      continue  # the partition this run replaces
+    parts = FileSystems.match([posixpath.join(folder, scored.FILE_PATTERN)],
+                              [1])[0].metadata_list
+    if not parts:
+      continue
+    with FileSystems.open(parts[0].path,
+                          compression_type=CompressionTypes.UNCOMPRESSED
+                          ) as handle:
+      existing = pq.read_schema(handle)
+    if existing.remove_metadata().equals(schema.remove_metadata()):
+      continue
+    ours, theirs = _columns(schema), _columns(existing)
+    difference = '; '.join(
+        f'{what}: {", ".join(columns)}' for what, columns in (
+            ('this run adds', [c for c in ours if c not in theirs]),
+            ('it has, this run does not', [c for c in theirs
+                                           if c not in ours]))
+        if columns) or 'the same columns in another order'
+    raise ValueError(
+        f'the partition {posixpath.relpath(folder, output_dir)} beside '
+        f'--partition={partition} has other columns ({difference}), and '
+        'readers of the root take one partition\'s columns for all: pass '
+        '--allow_schema_change to write it all the same, and read the root '
+        'as the README\'s "Partitions of different columns" says, or score '
+        'into another --output_dir')
 
 
 # Kept fields: (input field, output column) pairs.
@@ -181,7 +228,9 @@ def settings_from_args(args) -> Settings:
                              for field, column in kept])
     # Fails here, before the pipeline, on labels that would give clashing
     # Parquet columns.
-    scored.arrow_schema(metadata['label_names'], kept_schema)
+    schema = scored.arrow_schema(metadata['label_names'], kept_schema)
+    if not args.allow_schema_change:
+      check_sibling_schemas(args.output_dir, partition, schema)
   except (ValueError, exports.ExportError) as error:  # ReaderError is one
     raise cli.JobError(str(error)) from error
   return Settings(args.output_dir, partition, pattern, config, kept,
