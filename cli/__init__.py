@@ -175,7 +175,9 @@ def _outcome(error: BaseException):
     return 128 + signum, (f'stopped by {signal.Signals(signum).name}; '
                           'nothing was published')
   if isinstance(error, JobError):
-    return error.exit_status, str(error)
+    # One line, also where the message quotes a library's lines.
+    return error.exit_status, ' '.join(
+        line.strip() for line in str(error).splitlines() if line.strip())
   fault = _disk_fault(error)
   if fault is not None:
     return EXIT_JOB_ERROR, f'cannot write: {fault}'

@@ -159,8 +159,15 @@ def _bounds(low, high, low_open: bool, high_open: bool) -> str:
           f'{")" if high_open else "]"}')
 
 
-def integer(minimum: int = None, maximum: int = None) -> Callable[[str], int]:
-  """An int ``type=`` within [minimum, maximum] (either bound optional)."""
+# The largest integer a flag takes unless it says otherwise: TensorFlow's
+# shapes and lengths, and much of what they reach in C, are 32-bit.
+INT32_MAX = 2**31 - 1
+
+
+def integer(minimum: int = None,
+            maximum: int = INT32_MAX) -> Callable[[str], int]:
+  """An int ``type=`` within [minimum, maximum] (either bound optional; the
+  maximum INT32_MAX unless given)."""
   def checked(text: str) -> int:
     value = _number(int, text)
     if (minimum is not None and value < minimum) or (

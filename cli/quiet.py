@@ -24,6 +24,7 @@ import contextlib
 import glob
 import os
 import re
+import signal
 import sys
 import tempfile
 from typing import Callable
@@ -77,4 +78,32 @@ def load_tensorflow() -> None:
     tf.config.list_physical_devices('GPU')
 
 
+def _entry_point() -> bool:
+  """Whether this process runs one of the jobs as ``python -m`` (read from
+  the command line: ``__main__`` is not yet the job's module while Python
+  imports the job's package)."""
+  argv = getattr(sys, 'orig_argv', [])
+  module = argv[argv.index('-m') + 1] if '-m' in argv[:-1] else ''
+  return module.split('.')[0] in ('pipeline', 'trainer')
+
+
+def _stop_while_loading() -> None:
+  """Makes SIGINT and SIGTERM, until ``cli.main`` sets its own handlers, end
+  the process with one line and the signal's status: the seconds an entry
+  point spends importing TensorFlow and Beam would otherwise end in a
+  KeyboardInterrupt traceback. Nothing has been done yet to undo."""
+  stream = os.dup(2)  # fd 2 is captured while TensorFlow loads
+
+  def stop(signum, frame):
+    del frame
+    os.write(stream, f'error: stopped by {signal.Signals(signum).name} '
+             'while starting; nothing was done\n'.encode())
+    os._exit(128 + signum)  # pylint: disable=protected-access
+
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, stop)
+
+
+if _entry_point():
+  _stop_while_loading()
 load_tensorflow()

@@ -13,6 +13,8 @@ under DEST in the layout its users know:
 - spamassassin: ``spamassassin/{ham,spam}/<group>.<file>``, raw emails;
 - sms: ``sms/sms.csv`` with the header ``label,text`` (labels ham, spam).
 """
+# First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
+from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
 import csv
 import dataclasses
 import hashlib
@@ -223,7 +225,7 @@ def fetch(name: str, dest: str, cache: Optional[str] = None) -> str:
     output.publish()
   with FileSystems.create(marker) as handle:
     handle.write(dataset.artifact.sha256.encode())
-  logging.info('%s: %d documents written to %s', name, count, final)
+  logging.info('%s: %d files written to %s', name, count, final)
   return final
 
 

@@ -15,9 +15,11 @@ from apache_beam.options.pipeline_options import FlinkRunnerOptions
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners import runner as runners
 from apache_beam.runners.runner import PipelineState
 
+import cli
 from cli import flags
 
 # DirectRunner first tries to download the Prism runner, which an offline or
@@ -131,6 +133,22 @@ def _flink_rest_url(options: PipelineOptions) -> Optional[str]:
   if master.startswith('['):  # [local], [auto], [collection]
     return None
   return master if '://' in master else f'http://{master}'
+
+
+def check_runner_options(pipeline_args: List[str]) -> None:
+  """A JobError naming every problem the runner finds with its options
+  (DataflowRunner's missing project, region, temp_location), before any
+  work: Beam would find them only once the pipeline is built, and say them
+  on lines after its first."""
+  options = pipeline_options(pipeline_args)
+  try:
+    runner = runners.create_runner(options.view_as(StandardOptions).runner)
+  except Exception:  # pylint: disable=broad-except
+    return  # not a runner by that name: Beam says so when the job runs
+  errors = PipelineOptionsValidator(options, runner).validate()
+  if errors:
+    raise cli.JobError('the runner\'s options are not valid: ' + ' '.join(
+        error.strip() for error in errors))
 
 
 def configure_filesystems(pipeline_args: List[str]) -> None:

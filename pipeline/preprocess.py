@@ -45,6 +45,11 @@ from schemas import rejected
 from schemas import transformed
 
 
+# The most tokens a document may keep (--max_len): a transformer's memory
+# grows with its square, and every record is padded to it.
+MAX_LEN = 65_536
+
+
 def parse_args(argv):
   """Our flags and the pipeline's; @FILE reads flags from a file, one a line
   (configs/<name>/)."""
@@ -86,7 +91,7 @@ def parse_args(argv):
                       help='Vocabulary size including padding and OOV ids.')
   parser.add_argument('--min_frequency', type=flags.integer(1),
                       default=defaults.min_frequency)
-  parser.add_argument('--max_len', type=flags.integer(1),
+  parser.add_argument('--max_len', type=flags.integer(1, MAX_LEN),
                       default=defaults.max_len)
   parser.add_argument('--max_token_chars', type=flags.integer(1),
                       default=defaults.max_token_chars)
@@ -198,6 +203,7 @@ LAYOUT = outputs.Layout(
 def run(argv=None):
   args, pipeline_args = parse_args(argv)
   started = time.time()
+  jobs.check_runner_options(pipeline_args)
   jobs.configure_filesystems(pipeline_args)
   settings = settings_lib.settings_from_args(args)
   sample = settings_lib.preflight(settings)

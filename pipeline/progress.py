@@ -104,7 +104,7 @@ class Reporter:
 
 def add_argument(parser) -> None:
   parser.add_argument(
-      '--progress_seconds', type=flags.number(0), default=30,
+      '--progress_seconds', type=flags.number(0, 24 * 3600), default=30,
       help='Log a progress line this often while the pipeline runs in this '
       'process (the local runners); 0 never.')
 

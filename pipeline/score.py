@@ -140,6 +140,7 @@ def run_pipeline(pipeline_args, settings: settings_lib.Settings,
 def run(argv=None):
   args, pipeline_args = parse_args(argv)
   started, started_at = time.time(), report.utc_now()
+  jobs.check_runner_options(pipeline_args)
   jobs.configure_filesystems(pipeline_args)
   settings = settings_lib.settings_from_args(args)
   sample = settings_lib.preflight(settings)

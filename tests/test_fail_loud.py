@@ -7,7 +7,9 @@ import pytest
 import tensorflow as tf
 
 import cli
+from cli import flags
 from pipeline import outputs
+from pipeline import preprocess
 from pipeline import score
 from pipeline.scoring import inference
 from schemas import rejected
@@ -18,6 +20,8 @@ from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
 from tests.conftest import tree
+from trainer import predict
+from trainer import train
 
 # Each entry point, its required flags, and a misspelled flag of its own.
 ENTRY_POINTS = {
@@ -258,3 +262,77 @@ def test_an_empty_input_publishes_nothing(trained, published, tmp_path,
   assert errors == [f'error: no record in {corpus}: the files it matches '
                     'are empty, so the job did not start']
   assert tree(published[0]) == published[1]
+
+
+class _Parsed(Exception):
+  pass
+
+
+def _parser_of(parse_args, monkeypatch):
+  """The flags.Parser an entry point's parse_args builds."""
+  built = []
+
+  def capture(parser, *_, **__):
+    built.append(parser)
+    raise _Parsed
+
+  monkeypatch.setattr(flags, 'parse', capture)
+  with pytest.raises(_Parsed):
+    parse_args([])
+  monkeypatch.undo()
+  return built[0]
+
+
+@pytest.mark.parametrize('module', ['pipeline.preprocess', 'pipeline.score',
+                                    'trainer.train', 'trainer.predict'])
+def test_no_integer_flag_takes_a_value_beyond_32_bits(module, monkeypatch,
+                                                      capsys):
+  parse_args = {'pipeline.preprocess': preprocess.parse_args,
+                'pipeline.score': score.parse_args,
+                'trainer.train': train.parse_args,
+                'trainer.predict': predict.parse_args}[module]
+  required = ENTRY_POINTS[module][0]
+  parser = _parser_of(parse_args, monkeypatch)
+  integer_flags = [action.option_strings[0] for action in parser._actions  # pylint: disable=protected-access
+                   if getattr(action.type, '__name__', '') == 'integer']
+  assert integer_flags
+  for flag in integer_flags:
+    with pytest.raises(SystemExit) as exit_info:
+      parser.parse_args([*required, f'{flag}={2**31}'])
+    assert exit_info.value.code == cli.EXIT_JOB_ERROR
+    assert f'argument {flag}: must be' in capsys.readouterr().err
+
+
+def test_a_dataflow_run_without_its_options_names_every_one_missing(
+    tmp_path, monkeypatch, capsys):
+  corpus = write_jsonl(tmp_path / 'in.jsonl', synthetic_reviews(10, 0))
+  status, stderr = main_in_process(
+      monkeypatch, capsys, preprocess.run, f'--input={corpus}',
+      f'--output_dir={tmp_path / "out"}', '--runner=DataflowRunner')
+  assert status == cli.EXIT_JOB_ERROR
+  line = stderr.strip().splitlines()[-1]
+  for option in ('temp_location', 'project', 'region'):
+    assert option in line
+  assert sorted(os.listdir(tmp_path)) == ['in.jsonl']
+
+
+def test_the_trainer_refuses_batches_larger_than_the_train_split(
+    tmp_path, monkeypatch, capsys, synthetic_preprocessed):
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={synthetic_preprocessed}',
+      f'--model_dir={tmp_path / "model"}', '--batch_size=100000')
+  assert status == cli.EXIT_JOB_ERROR
+  assert 'examples of the train split' in stderr.splitlines()[-1]
+  assert not (tmp_path / 'model').exists()
+
+
+@pytest.mark.parametrize('under', ['', 'sub'])
+def test_the_trainer_refuses_a_file_as_its_model_folder(
+    tmp_path, monkeypatch, capsys, synthetic_preprocessed, under):
+  (tmp_path / 'afile').write_text('kept')
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={synthetic_preprocessed}',
+      f'--model_dir={tmp_path / "afile" / under}', '--epochs=1')
+  assert status == cli.EXIT_JOB_ERROR
+  assert 'is a file' in stderr.splitlines()[-1]
+  assert (tmp_path / 'afile').read_text() == 'kept'

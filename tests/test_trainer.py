@@ -731,3 +731,15 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
   # Train and validation batches were both bucketed.
   assert buckets == [(16, 32, True), (256, 32, False)]
   assert not keras_input_warnings(recwarn)
+
+
+def test_macro_f1_is_over_the_classes_the_split_has():
+  # Three classes, the third without a test example; the model predicts it
+  # once. Over the two present: a's F1 1/2, b's 4/5.
+  labels = np.array([0, 0, 1, 1, 1])
+  predicted = np.array([0, 2, 1, 1, 0])
+  probabilities = np.eye(3)[predicted]
+  metrics = evaluate.classification_metrics(labels, probabilities,
+                                            ['a', 'b', 'c'])
+  assert metrics['macro_f1'] == pytest.approx((1 / 2 + 4 / 5) / 2)
+  assert metrics['classes_without_examples'] == ['c']

@@ -96,10 +96,16 @@ def classification_metrics(labels: np.ndarray, probabilities: np.ndarray,
           if precision + recall else 0.0)
     per_class[name] = {'precision': float(precision), 'recall': float(recall),
                        'f1': float(f1), 'support': int(actual)}
+  present = [c for c in per_class.values() if c['support']]
   metrics = {
       'examples': int(len(labels)),
       'accuracy': float((predictions == labels).mean()) if len(labels) else 0.0,
-      'macro_f1': float(np.mean([c['f1'] for c in per_class.values()])),
+      # Over the classes the split has examples of: a class it lacks has
+      # no recall to measure, and its F1 of 0 would say nothing of the
+      # model.
+      'macro_f1': float(np.mean([c['f1'] for c in present] or [0.0])),
+      'classes_without_examples': [name for name, c in per_class.items()
+                                   if not c['support']],
       'per_class': per_class,
       'confusion_matrix': {'labels': label_names,
                            'rows_true_columns_predicted': confusion.tolist()},

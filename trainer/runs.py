@@ -13,6 +13,7 @@ killed run's: ``sweep`` removes them.
 """
 import dataclasses
 import logging
+import os
 import posixpath
 import secrets
 import time
@@ -108,9 +109,12 @@ def check_own(model_dir: str) -> None:
   if found:
     raise cli.JobError(f'--model_dir {model_dir} is inside {found[0]}, '
                        f'{found[1]}: train into a folder of its own')
+  absolute = model_dir if '://' in model_dir else os.path.abspath(model_dir)
+  for folder in (absolute, *folders.ancestors(absolute)):
+    if tf.io.gfile.exists(folder) and not tf.io.gfile.isdir(folder):
+      raise cli.JobError(f'{folder} is a file, where --model_dir needs a '
+                         'folder')
   if not tf.io.gfile.isdir(model_dir):
-    if tf.io.gfile.exists(model_dir):
-      raise cli.JobError(f'--model_dir {model_dir} is a file')
     return
   names = [name.rstrip('/') for name in tf.io.gfile.listdir(model_dir)]
   jobs = folders.owners(set(names).__contains__)

@@ -75,7 +75,8 @@ def parse_args(argv):
                       'on validation); default: enough for about '
                       f'{TARGET_STEPS} steps, {MIN_EPOCHS} to {MAX_EPOCHS}.')
   parser.add_argument('--batch_size', type=flags.integer(1), default=32)
-  parser.add_argument('--learning_rate', type=flags.number(0, low_open=True),
+  parser.add_argument('--learning_rate',
+                      type=flags.number(0, 10, low_open=True),
                       default=1e-3)
   parser.add_argument('--warmup_fraction',
                       type=flags.number(0, 1, high_open=True), default=0.0,
@@ -99,7 +100,8 @@ def parse_args(argv):
                       help='Batch documents of similar length, cut to a '
                       'multiple of this many tokens; 0 pads every batch to '
                       'max_len.')
-  parser.add_argument('--seed', type=flags.integer(0), default=42)
+  parser.add_argument('--seed', type=flags.integer(0, 2**32 - 1),
+                      default=42)
   parser.add_argument('--cache', choices=data_lib.CACHE_POLICIES,
                       default='auto',
                       help='Keep the train and validation splits parsed in '
@@ -128,7 +130,7 @@ def add_branch_args(parser) -> None:
                       help='Most epochs of the n-gram branch (nbsvm, '
                       'hybrid); default: as --epochs.')
   parser.add_argument('--ngram_learning_rate',
-                      type=flags.number(0, low_open=True), default=1e-3)
+                      type=flags.number(0, 10, low_open=True), default=1e-3)
 
 
 def add_model_args(parser) -> None:
@@ -380,9 +382,17 @@ def train(args, params: model_lib.ModelParams,
   return model, histories, time.time() - started, fitted, chosen
 
 
-def check_trainable(data: data_lib.PreprocessedData) -> None:
+def check_trainable(data: data_lib.PreprocessedData,
+                    batch_size: int) -> None:
   """A JobError for data no classifier can be trained and evaluated on,
   before any time goes into training."""
+  if data.num_examples(raw.TRAIN) < batch_size:
+    # Training batches are all full (drop_remainder): not one would run.
+    raise cli.JobError(
+        f'--batch_size={batch_size} is more than the '
+        f'{data.num_examples(raw.TRAIN)} examples of the train split of '
+        f'{data.data_dir}, and every training batch is full: use a '
+        '--batch_size at most that')
   if len(data.label_names) < 2:
     raise cli.JobError(
         f'{data.data_dir} has the classes {data.label_names}: a classifier '
@@ -402,7 +412,7 @@ def run(argv=None):
   args = parse_args(argv)
   started = time.time()
   data = data_lib.PreprocessedData.load(args.data_dir)
-  check_trainable(data)
+  check_trainable(data, args.batch_size)
   for flag in ('epochs', 'ngram_epochs'):
     if getattr(args, flag) is None:
       setattr(args, flag, default_epochs(data.num_examples(raw.TRAIN),
