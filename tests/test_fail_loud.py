@@ -298,7 +298,7 @@ def test_no_integer_flag_takes_a_value_beyond_32_bits(module, monkeypatch,
   assert integer_flags
   for flag in integer_flags:
     with pytest.raises(SystemExit) as exit_info:
-      parser.parse_args([*required, f'{flag}={2**31}'])
+      parser.parse_args([*required, f'{flag}={2**32}'])
     assert exit_info.value.code == cli.EXIT_JOB_ERROR
     assert f'argument {flag}: must be' in capsys.readouterr().err
 
