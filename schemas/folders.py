@@ -48,6 +48,15 @@ def owners(holds: Callable[[str], bool]) -> Set[str]:
           if all(holds(name) for name in names)}
 
 
+def resolved(path: str) -> str:
+  """A local path made absolute with its symbolic links resolved (a job
+  checks and writes the folder a link leads to, never the link's spelling
+  of it); another file system's path without a trailing ``/``."""
+  if '://' in path:
+    return path.rstrip('/')
+  return os.path.realpath(path)
+
+
 def ancestors(path: str) -> Iterator[str]:
   """The folders above ``path``, nearest first, up to the root of its file
   system (``/``, or ``gs://bucket``)."""

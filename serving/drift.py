@@ -73,6 +73,40 @@ def reference(label_names: List[str], probabilities: np.ndarray,
   return distribution(label_names, labels, bins, edges)
 
 
+def _number(value) -> bool:
+  return (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value))
+
+
+def reference_problem(found, label_names: List[str]) -> Optional[str]:
+  """What is wrong with a reference as read from an export's metadata;
+  None if nothing is (or there is none: an export from before it). A
+  reference edited by hand would bin every partition wrongly and raise
+  false alerts."""
+  if found is None:
+    return None
+  if not isinstance(found, dict):
+    return 'it is not an object'
+  shares = found.get('label_shares')
+  if not (isinstance(shares, dict) and sorted(shares) == sorted(label_names)
+          and all(_number(v) and 0 <= v <= 1 for v in shares.values())):
+    return ('its label_shares are not a share in [0, 1] for each of '
+            f'{label_names}')
+  histogram = found.get('confidence_histogram')
+  edges = histogram.get('edges') if isinstance(histogram, dict) else None
+  bins = histogram.get('shares') if isinstance(histogram, dict) else None
+  if not (isinstance(edges, list) and len(edges) >= 2 and
+          all(_number(e) and 0 <= e <= 1 for e in edges) and
+          all(a < b for a, b in zip(edges, edges[1:]))):
+    return ('its confidence_histogram edges are not at least two rising '
+            'numbers in [0, 1]')
+  if not (isinstance(bins, list) and len(bins) == len(edges) - 1 and
+          all(_number(v) and 0 <= v <= 1 for v in bins)):
+    return ('its confidence_histogram shares are not a share in [0, 1] for '
+            'each bin between its edges')
+  return None
+
+
 def psi_terms(shares: Sequence[float],
               reference_shares: Sequence[float]) -> List[float]:
   """Each bin's part of the population stability index."""

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from schemas import serving
 from schemas import transformed
+from serving import drift
 
 
 class ExportError(Exception):
@@ -115,6 +116,11 @@ def load_metadata(export_dir: str) -> Dict:
   if not (type(version) is int and 0 <= version <= MAX_VERSION):  # pylint: disable=unidiomatic-typecheck
     raise ExportError(f'{path} has no version (a whole number below 2^63, '
                       f'as the version folders are named): {version!r}')
+  problem = drift.reference_problem(metadata.get(drift.REFERENCE), names)
+  if problem:
+    raise ExportError(f'{path} has a {drift.REFERENCE} (the test split\'s '
+                      f'predictions, which drift is measured against) that '
+                      f'cannot be one: {problem}')
   return metadata
 
 

@@ -65,3 +65,20 @@ def test_report_image_and_its_absence_without_matplotlib(monkeypatch):
   assert drift.plot(report).startswith(b'\x89PNG')
   monkeypatch.setitem(sys.modules, 'matplotlib', None)
   assert drift.plot(report) is None
+
+
+@pytest.mark.parametrize('edit', [
+    lambda r: r['confidence_histogram'].update(edges=[1.0, 0.5, 0.0],
+                                               shares=[0.5, 0.5]),
+    lambda r: r['confidence_histogram'].update(edges='abc'),
+    lambda r: r['confidence_histogram'].update(shares=[0.5]),
+    lambda r: r['confidence_histogram']['edges'].__setitem__(0, float('nan')),
+    lambda r: r['label_shares'].pop('pos'),
+    lambda r: r['label_shares'].update(pos='half'),
+    lambda r: r.update(label_shares=None),
+])
+def test_an_edited_reference_is_no_reference(edit):
+  found = drift.reference(['neg', 'pos'], np.array([[0.9, 0.1], [0.2, 0.8]]))
+  assert drift.reference_problem(found, ['neg', 'pos']) is None
+  edit(found)
+  assert drift.reference_problem(found, ['neg', 'pos'])

@@ -11,13 +11,14 @@ import cli
 from pipeline import outputs
 from pipeline.outputs import staging
 from pipeline.outputs import swap
+from schemas import folders
 from tests import s3
 from tests.conftest import tree
 
 LAYOUT = outputs.Layout(
     contents=('part-*.parquet', '_manifest.json', '_SUCCESS',
               '_rejected/rejected-*.jsonl'),
-    markers=('_SUCCESS', '_manifest.json'))
+    markers=('_SUCCESS', '_manifest.json'), owner=folders.SCORING)
 PART = 'part-00000-of-00001.parquet'
 
 

@@ -205,3 +205,95 @@ def test_odd_folder_names_work_end_to_end(tmp_path):
                          'a superb film')
   assert predicted.returncode == 0, predicted.stderr
   assert predicted.stdout.split('\t')[0] in ('pos', 'neg')
+
+
+def _model_copy(trained, tmp_path, name='model'):
+  folder = tmp_path / name
+  shutil.copytree(trained[0], folder)
+  return folder
+
+
+def _linked_model_dir_inside_preprocessed(tmp_path, trained, preprocessed):
+  shutil.copytree(preprocessed, tmp_path / 'pre2')
+  (tmp_path / 'pre2' / 'sub').mkdir()
+  (tmp_path / 'link').symlink_to(tmp_path / 'pre2' / 'sub')
+  return tmp_path / 'link'
+
+
+def _operator_files_named_like_the_trainers(tmp_path, trained, _):
+  folder = _model_copy(trained, tmp_path)
+  (folder / '.run-archive').mkdir()
+  (folder / '.run-archive' / 'notes.txt').write_text('kept')
+  (folder / '.trainer.lock.bak').write_text('kept')
+  return folder
+
+
+def _linked_checkpoints(tmp_path, trained, _):
+  folder = _model_copy(trained, tmp_path)
+  (tmp_path / 'victim').mkdir()
+  (tmp_path / 'victim' / 'notes.txt').write_text('kept')
+  shutil.rmtree(folder / 'checkpoints', ignore_errors=True)
+  (folder / 'checkpoints').symlink_to(tmp_path / 'victim')
+  return folder
+
+
+def _export_linked_to_another_model(tmp_path, trained, _):
+  other = _model_copy(trained, tmp_path, 'other')
+  folder = tmp_path / 'model'
+  folder.mkdir()
+  (folder / 'export').symlink_to(other / 'export')
+  return folder
+
+
+def _lock_as_a_folder(tmp_path, trained, _):
+  folder = _model_copy(trained, tmp_path)
+  (folder / '.trainer.lock').unlink(missing_ok=True)
+  (folder / '.trainer.lock').mkdir()
+  return folder
+
+
+@pytest.mark.parametrize('make', [
+    _linked_model_dir_inside_preprocessed,
+    _operator_files_named_like_the_trainers, _linked_checkpoints,
+    _export_linked_to_another_model, _lock_as_a_folder])
+def test_the_trainer_writes_through_no_link_and_keeps_what_is_not_its(
+    tmp_path, monkeypatch, capsys, synthetic_preprocessed, trained, make):
+  work = tmp_path / 'work'
+  work.mkdir()
+  model_dir = make(work, trained, synthetic_preprocessed)
+  before = snapshot(work)
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={synthetic_preprocessed}',
+      f'--model_dir={model_dir}', *TINY_MODEL)
+  assert status == 2, stderr
+  assert 'Traceback' not in stderr
+  assert snapshot(work) == before
+
+
+def test_a_beam_job_sees_links_and_empty_folders_and_writes_through_no_link(
+    tmp_path, monkeypatch, capsys, synthetic_preprocessed, trained):
+  corpus = write_jsonl(tmp_path / 'in.jsonl', synthetic_reviews(20, 0))
+  # An output folder of a link and an empty folder: not this job's.
+  (tmp_path / 'tool').mkdir()
+  (tmp_path / 'out' / 'empty').mkdir(parents=True)
+  (tmp_path / 'out' / 'shared').symlink_to(tmp_path / 'tool')
+  # A partition through a link into another job's output, and a partition
+  # that is a link.
+  shutil.copytree(synthetic_preprocessed, tmp_path / 'pre')
+  (tmp_path / 'scores').mkdir()
+  (tmp_path / 'scores' / 'dt=1').symlink_to(tmp_path / 'pre' / 'transform_fn')
+  (tmp_path / 'scores' / 'dt=2').symlink_to(tmp_path / 'tool')
+  before = snapshot(tmp_path)
+  runs = [
+      (preprocess.run, f'--input={corpus}', f'--output_dir={tmp_path / "out"}'),
+      (score.run, f'--input={corpus}', f'--model_dir={trained[0]}',
+       f'--output_dir={tmp_path / "scores"}', '--partition=dt=1/hour=01'),
+      (score.run, f'--input={corpus}', f'--model_dir={trained[0]}',
+       f'--output_dir={tmp_path / "scores"}', '--partition=dt=2',
+       '--overwrite'),
+  ]
+  for run, *flags_given in runs:
+    status, stderr = main_in_process(monkeypatch, capsys, run, *flags_given)
+    assert status == 2, stderr
+    assert 'Traceback' not in stderr
+  assert snapshot(tmp_path) == before

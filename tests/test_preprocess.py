@@ -333,7 +333,7 @@ def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
     (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/in.jsonl/out'],
      'cannot write to'),
     (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/out',
-                '--vocab_size=1'], 'argument --vocab_size: must be >= '),
+                '--vocab_size=1'], 'argument --vocab_size: must be in [3, '),
     (lambda d: [f'--input={d}/**', '--format=jsonl', f'--output_dir={d}/out'],
      'is inside the input'),
 ])

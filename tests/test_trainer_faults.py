@@ -156,8 +156,9 @@ def test_a_failed_evaluation_publishes_nothing_and_the_next_run_all(
 
   # What a killed run leaves, and a hybrid run's n-gram files: the next run
   # removes the first, and replaces the second by its own (none).
-  for leftover in (model_dir / '.run-killed',
-                   model_dir / serving.EXPORT_DIR / '.tmp-killed'):
+  killed = '20261125-000000-abcdef'  # a run's id
+  for leftover in (model_dir / f'.run-{killed}',
+                   model_dir / serving.EXPORT_DIR / f'.tmp-{killed}'):
     leftover.mkdir()
     (leftover / 'saved_model.pb').write_bytes(b'')
   (model_dir / 'ngram_logits').mkdir(exist_ok=True)  # the fixture's is a hybrid

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import os
 import posixpath
+import re
 import secrets
 import time
 
@@ -91,14 +92,34 @@ class Run:
     _remove(self.scratch)
 
 
+# A run's id (new_run_id), and the lock file's name while a trainer on an
+# object store replaces it (trainer.lock).
+_RUN_ID = r'\d{8}-\d{6}-[0-9a-f]{6}'
+_SCRATCH_NAME = re.compile(re.escape(SCRATCH_PREFIX) + _RUN_ID)
+_STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + _RUN_ID)
+_LOCK_NAME = re.compile(re.escape(folders.MODEL_LOCK) + r'(\.[0-9a-f]{32})?')
+
+
 def _ours(name: str, model_folder: bool) -> bool:
   """Whether the trainer writes an entry of this name at the top of a
   folder that is a ``model_folder`` (one it published a version in, or
   locked), or else one that only its runs that failed wrote to."""
-  return (name.startswith((SCRATCH_PREFIX, folders.MODEL_LOCK)) or
-          name == LOGS_DIR or model_folder and name in (
-              serving.EXPORT_DIR, folders.MODEL_METRICS, folders.MODEL_REPORT,
-              *SCRATCH, *evaluate.PLOTS))
+  return bool(_SCRATCH_NAME.fullmatch(name) or _LOCK_NAME.fullmatch(name) or
+              name == LOGS_DIR or model_folder and name in (
+                  serving.EXPORT_DIR, folders.MODEL_METRICS,
+                  folders.MODEL_REPORT, *SCRATCH, *evaluate.PLOTS))
+
+
+def _first_link(model_dir: str) -> str:
+  """The first symbolic link in a local model folder; '' if none is (or the
+  folder is on an object store, which has none)."""
+  if '://' in model_dir:
+    return ''
+  for folder, subfolders, names in os.walk(model_dir):
+    for name in sorted(subfolders + names):
+      if os.path.islink(os.path.join(folder, name)):
+        return os.path.join(folder, name)
+  return ''
 
 
 def check_own(model_dir: str) -> None:
@@ -125,9 +146,16 @@ def check_own(model_dir: str) -> None:
       for name in (tf.io.gfile.listdir(export_root)
                    if tf.io.gfile.isdir(export_root) else [])
       if exports.version_number(name) is None and
-      not name.startswith(STAGING_PREFIX)]
+      not _STAGING_NAME.fullmatch(name.rstrip('/'))]
+  link = _first_link(model_dir)
+  lock_file = posixpath.join(model_dir, folders.MODEL_LOCK)
   if jobs - {folders.MODEL}:
     problem = f'is {" and ".join(sorted(jobs - {folders.MODEL}))}'
+  elif link:
+    problem = (f'holds the symbolic link {link}, and the trainer writes and '
+               'deletes through none')
+  elif tf.io.gfile.isdir(lock_file):
+    problem = f'holds {lock_file} as a folder, where its lock is a file'
   elif foreign:
     problem = (f'holds {foreign[0]}, which the trainer does not write and '
                'would not keep')
@@ -160,11 +188,14 @@ def copy_report(model_dir: str) -> None:
 def sweep(model_dir: str) -> None:
   """Removes the scratch and staging folders that killed runs left; only
   under the model folder's lock, when no live run can own them."""
-  patterns = (posixpath.join(model_dir, SCRATCH_PREFIX + '*'),
-              posixpath.join(model_dir, serving.EXPORT_DIR,
-                             STAGING_PREFIX + '*'))
-  for pattern in patterns:
-    for leftover in tf.io.gfile.glob(pattern):
+  places = ((model_dir, _SCRATCH_NAME),
+            (posixpath.join(model_dir, serving.EXPORT_DIR), _STAGING_NAME))
+  for folder, name in places:
+    leftovers = [posixpath.join(folder, entry.rstrip('/'))
+                 for entry in (tf.io.gfile.listdir(folder)
+                               if tf.io.gfile.isdir(folder) else [])
+                 if name.fullmatch(entry.rstrip('/'))]
+    for leftover in leftovers:
       logging.info('train: removing %s, left by a run that did not end',
                    leftover)
       _remove(leftover)

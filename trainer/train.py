@@ -37,6 +37,7 @@ import tensorflow as tf
 
 import cli
 from cli import flags
+from schemas import folders
 from schemas import raw
 from serving import exports
 from trainer import calibration
@@ -61,6 +62,9 @@ MIN_EPOCHS, MAX_EPOCHS = 2, 20
 # memorise its training documents by their rare n-grams, too high a one
 # drops useful n-grams, and where between depends on the corpus.
 MIN_COUNTS = (32, 16, 8, 4, 2)
+# The largest learning rate the optimizer's float32 variables hold; a large
+# one below it diverges, which the trainer reports as such.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def parse_args(argv):
@@ -76,7 +80,7 @@ def parse_args(argv):
                       f'{TARGET_STEPS} steps, {MIN_EPOCHS} to {MAX_EPOCHS}.')
   parser.add_argument('--batch_size', type=flags.integer(1), default=32)
   parser.add_argument('--learning_rate',
-                      type=flags.number(0, 10, low_open=True),
+                      type=flags.number(0, FLOAT32_MAX, low_open=True),
                       default=1e-3)
   parser.add_argument('--warmup_fraction',
                       type=flags.number(0, 1, high_open=True), default=0.0,
@@ -130,7 +134,8 @@ def add_branch_args(parser) -> None:
                       help='Most epochs of the n-gram branch (nbsvm, '
                       'hybrid); default: as --epochs.')
   parser.add_argument('--ngram_learning_rate',
-                      type=flags.number(0, 10, low_open=True), default=1e-3)
+                      type=flags.number(0, FLOAT32_MAX, low_open=True),
+                      default=1e-3)
 
 
 def add_model_args(parser) -> None:
@@ -386,13 +391,6 @@ def check_trainable(data: data_lib.PreprocessedData,
                     batch_size: int) -> None:
   """A JobError for data no classifier can be trained and evaluated on,
   before any time goes into training."""
-  if data.num_examples(raw.TRAIN) < batch_size:
-    # Training batches are all full (drop_remainder): not one would run.
-    raise cli.JobError(
-        f'--batch_size={batch_size} is more than the '
-        f'{data.num_examples(raw.TRAIN)} examples of the train split of '
-        f'{data.data_dir}, and every training batch is full: use a '
-        '--batch_size at most that')
   if len(data.label_names) < 2:
     raise cli.JobError(
         f'{data.data_dir} has the classes {data.label_names}: a classifier '
@@ -406,11 +404,23 @@ def check_trainable(data: data_lib.PreprocessedData,
           f'{data.data_dir}: the {split} split is empty, and the trainer '
           f'needs it {purpose}; preprocess with {flag} > 0 or with {split} '
           'records in the data')
+  if data.num_examples(raw.TRAIN) < batch_size:
+    # Training batches are all full (drop_remainder): not one would run.
+    raise cli.JobError(
+        f'--batch_size={batch_size} is more than the '
+        f'{data.num_examples(raw.TRAIN)} examples of the train split of '
+        f'{data.data_dir}, and every training batch is full: use a '
+        '--batch_size at most that')
 
 
 def run(argv=None):
   args = parse_args(argv)
   started = time.time()
+  # The folders links lead to when the run starts: a link switched while it
+  # trains (to a newer preprocessing output, say) changes nothing it reads
+  # or writes.
+  args.data_dir = folders.resolved(args.data_dir)
+  args.model_dir = folders.resolved(args.model_dir)
   data = data_lib.PreprocessedData.load(args.data_dir)
   check_trainable(data, args.batch_size)
   for flag in ('epochs', 'ngram_epochs'):
@@ -431,8 +441,12 @@ def run(argv=None):
     run_folders = runs.Run(args.model_dir)
     try:
       return train_and_publish(args, params, data, run_folders, started)
-    except BaseException:
+    except BaseException as error:
       run_folders.discard()
+      if isinstance(error, Exception) and not isinstance(error, cli.JobError):
+        # A republished data folder fails the export or its evaluation in
+        # many ways (labels that no longer match, say): say that, not them.
+        data.check_unchanged()
       raise
 
 

@@ -8,6 +8,8 @@ from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
+from schemas import folders
+
 
 def write_json(path: str, value) -> None:
   with FileSystems.create(path, mime_type='application/json') as handle:
@@ -55,7 +57,7 @@ def delete_tree(path: str) -> None:
 def resolved(path: str) -> str:
   """A local path with its symbolic links resolved, so that an output goes
   into a linked folder and never replaces the link."""
-  return os.path.realpath(path) if is_local(path) else path.rstrip('/')
+  return folders.resolved(path)
 
 
 def resolved_pattern(pattern: str) -> str:

@@ -91,6 +91,37 @@ def check_not_inside_output(final_dir: str) -> None:
                       'write each output into a folder of its own')
 
 
+def _link_below(root: str, final_dir: str) -> str:
+  """The first folder from below the (resolved) root down to the output
+  folder that is a symbolic link; '' if none is."""
+  if not files.is_local(final_dir) or final_dir == root:
+    return ''
+  path = root
+  for part in posixpath.relpath(final_dir, root).split('/'):
+    path = posixpath.join(path, part)
+    if os.path.islink(path):
+      return path
+  return ''
+
+
+def _held(folder: str) -> List[str]:
+  """What ``folder`` holds, by path relative to it: every file, and on a
+  local disk also every symbolic link (which a listing of files would
+  follow or miss) and every empty folder."""
+  if not files.is_local(folder):
+    return [files.relative(m, folder) for m in files.files(folder)]
+  held = []
+  for parent, subfolders, names in os.walk(folder):
+    relative = posixpath.relpath(parent, folder)
+    prefix = '' if relative == '.' else relative + '/'
+    held += [prefix + name for name in names]
+    held += [prefix + name for name in subfolders
+             if os.path.islink(posixpath.join(parent, name))]
+    if not subfolders and not names and prefix:
+      held.append(prefix)
+  return held
+
+
 def _owners(held: List[str]) -> Dict[str, Set[str]]:
   """Whose outputs the folders among ``held`` (paths relative to the output
   folder) are, of those that are a job's, by folder ('' the output folder
@@ -120,8 +151,13 @@ def check_replaceable(root: str, final_dir: str, layout: Layout,
   if in_the_way:
     raise OutputError(f'{in_the_way} is a file, where the output needs a '
                       'folder; remove it or choose another --output_dir')
+  link = _link_below(root, final_dir)
+  if link:
+    raise OutputError(f'{link} is a symbolic link: a partition is a folder '
+                      'of its own; remove the link or choose another '
+                      '--partition')
   check_not_inside_output(final_dir)
-  held = [files.relative(m, final_dir) for m in files.files(final_dir)]
+  held = _held(final_dir)
   others = {folder: jobs - {layout.owner}
             for folder, jobs in _owners(held).items()
             if jobs - {layout.owner}}
