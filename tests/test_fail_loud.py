@@ -336,3 +336,14 @@ def test_the_trainer_refuses_a_file_as_its_model_folder(
   assert status == cli.EXIT_JOB_ERROR
   assert 'is a file' in stderr.splitlines()[-1]
   assert (tmp_path / 'afile').read_text() == 'kept'
+
+
+@pytest.mark.parametrize('module', ['pipeline.preprocess', 'pipeline.score'])
+def test_a_progress_interval_beyond_a_day_is_a_usage_error(module,
+                                                          monkeypatch, capsys):
+  parse_args = {'pipeline.preprocess': preprocess.parse_args,
+                'pipeline.score': score.parse_args}[module]
+  with pytest.raises(SystemExit) as exit_info:
+    parse_args([*ENTRY_POINTS[module][0], '--progress_seconds=1e10'])
+  assert exit_info.value.code == cli.EXIT_JOB_ERROR
+  assert 'argument --progress_seconds: must be' in capsys.readouterr().err
