@@ -4,6 +4,7 @@
 # make test - set up .venv, run the test suite
 # make test-airflow - set up .venv and .venv-airflow, run the example DAG
 #            under Airflow (examples/airflow)
+# make docs - set up .venv, build the documentation site into site/
 # make test-runners - set up .venv, fetch the Flink, Spark and Prism runners
 #            (cached in ~/.cache/beam-text-classifier), run both jobs on each
 #            against the default runner
@@ -30,12 +31,12 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_PY := $(AIRFLOW_VENV)/bin/python
 AIRFLOW_CONSTRAINTS := examples/airflow/constraints.txt
 
-.PHONY: install run test test-runners test-airflow bench bench-train bench-score clean
+.PHONY: install run test test-runners test-airflow docs bench bench-train bench-score clean
 
 $(VENV)/.installed: setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[trainer,test,bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[trainer,test,bench,docs]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -61,6 +62,11 @@ test-runners: install
 	$(PY) -m clusters fetch all
 	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests -m runners
 
+# The documentation site, --strict: a broken link, a missing page or a flag
+# reference that cannot be generated fails it. Open site/index.html.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 $(AIRFLOW_VENV)/.installed: $(AIRFLOW_CONSTRAINTS)
 	test -x $(AIRFLOW_PY) || $(PYTHON) -m venv $(AIRFLOW_VENV)
 	$(AIRFLOW_PY) -m pip install --quiet --upgrade pip
@@ -80,4 +86,4 @@ bench-score: install
 	DATASET_CACHE=$(DATASET_CACHE) $(PY) bench/score.py
 
 clean:
-	rm -rf $(OUT) build dist *.egg-info
+	rm -rf $(OUT) build dist site *.egg-info

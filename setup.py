@@ -37,6 +37,8 @@ EXTRAS = {
 # object-store tests, through Beam's S3 filesystem. pandas reads the scoring
 # output as users do (tfx-bsl already needs it). hypothesis makes up the
 # inputs of the reading layer's property tests.
+# The documentation site (mkdocs build --strict), never the jobs.
+EXTRAS['docs'] = ['mkdocs>=1.6', 'mkdocs-material>=9.5']
 EXTRAS['test'] = ['pytest>=9', 'pytest-xdist>=3.6', 'duckdb>=1.1',
                   'pandas>=2', 'moto[server]>=5', 'boto3>=1.34',
                   'hypothesis>=6.100'] + EXTRAS['dask']
@@ -55,4 +57,12 @@ setuptools.setup(
         for sub in ('', '.*')]),
     install_requires=REQUIRED,
     extras_require=EXTRAS,
+    # Beside python -m <module>: the commands pip users expect.
+    entry_points={'console_scripts': [
+        'textclf-preprocess = pipeline.preprocess:main',
+        'textclf-train = trainer.train:main',
+        'textclf-predict = trainer.predict:main',
+        'textclf-score = pipeline.score:main',
+        'textclf-datasets = pipeline.datasets:main',
+    ]},
 )

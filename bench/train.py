@@ -73,7 +73,7 @@ def parse_run(run: str) -> tuple:
 def corpus_flags(corpus: str) -> list:
   """The preprocessing flags a corpus needs whatever the configuration:
   SpamAssassin's files are emails; IMDB's validation is held out by blocks
-  of movies (README, Splits); the derived corpora name each record's
+  of movies (docs/splits-and-evaluation.md); the derived corpora name each record's
   split."""
   from pipeline import datasets  # pylint: disable=import-outside-toplevel
   if CORPORA[corpus][0] != 'imdb':

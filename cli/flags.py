@@ -12,6 +12,7 @@ range, ``nan`` and ``inf`` included, with the flag's name.
 import argparse
 import difflib
 import math
+import os
 import re
 import sys
 from typing import Callable, Iterable, List, NoReturn, Optional, Sequence
@@ -19,10 +20,27 @@ from typing import Callable, Iterable, List, NoReturn, Optional, Sequence
 EXIT_USAGE = 2
 
 
-class Parser(argparse.ArgumentParser):
-  """An ArgumentParser whose errors are one line and exit status 2."""
+# The console scripts pip installs (setup.py): textclf-<job> runs the job's
+# module, as python -m does.
+SCRIPT_PREFIX = 'textclf-'
 
-  def __init__(self, description: Optional[str] = None, **kwargs):
+
+def command(module: str) -> str:
+  """What the user typed to run ``module``: the console script that started
+  this process, else ``python -m module``."""
+  script = os.path.basename(sys.argv[0]) if sys.argv else ''
+  return script if script.startswith(SCRIPT_PREFIX) else (
+      f'python -m {module}')
+
+
+class Parser(argparse.ArgumentParser):
+  """An ArgumentParser whose errors are one line and exit status 2, and
+  whose usage line names the command the user typed to run ``module``."""
+
+  def __init__(self, description: Optional[str] = None, *,
+               module: Optional[str] = None, **kwargs):
+    if module:
+      kwargs.setdefault('prog', command(module))
     kwargs.setdefault('fromfile_prefix_chars', '@')
     super().__init__(description=description, allow_abbrev=False, **kwargs)
     self._reading = []
@@ -176,6 +194,7 @@ def integer(minimum: int = None,
           f'must be {_bounds(minimum, maximum, False, False)}, not {text}')
     return value
   checked.__name__ = 'integer'
+  checked.values = f'integer {_bounds(minimum, maximum, False, False)}'
   return checked
 
 
@@ -193,6 +212,9 @@ def number(low: float = None, high: float = None, *, low_open: bool = False,
           f'must be {_bounds(low, high, low_open, high_open)}, not {text}')
     return value
   checked.__name__ = 'number'
+  checked.values = ('number' + (f' {_bounds(low, high, low_open, high_open)}'
+                                if low is not None or high is not None
+                                else ''))
   return checked
 
 
@@ -228,3 +250,7 @@ def folder(text: str) -> str:
         'pattern even in a folder\'s name; choose a folder without '
         f'{PATTERN_CHARACTERS!r}')
   return text
+
+
+folder.values = f'folder, without {PATTERN_CHARACTERS!r}'
+regex.values = 'Python regular expression'

@@ -79,12 +79,16 @@ def load_tensorflow() -> None:
 
 
 def _entry_point() -> bool:
-  """Whether this process runs one of the jobs as ``python -m`` (read from
-  the command line: ``__main__`` is not yet the job's module while Python
-  imports the job's package)."""
+  """Whether this process runs one of the jobs, as a console script or as
+  ``python -m`` (read from the command line: ``__main__`` is not yet the
+  job's module while Python imports the job's package)."""
   argv = getattr(sys, 'orig_argv', [])
   module = argv[argv.index('-m') + 1] if '-m' in argv[:-1] else ''
-  return module.split('.')[0] in ('pipeline', 'trainer')
+  script = os.path.basename(sys.argv[0]) if sys.argv else ''
+  # textclf-*: the console scripts (cli.flags.SCRIPT_PREFIX), spelled out
+  # here, where nothing of ours may load before TensorFlow.
+  return (module.split('.')[0] in ('pipeline', 'trainer') or
+          script.startswith('textclf-'))
 
 
 def _stop_while_loading() -> None:

@@ -229,21 +229,33 @@ def fetch(name: str, dest: str, cache: Optional[str] = None) -> str:
   return final
 
 
-def run(argv=None) -> str:
-  parser = flags.Parser(__doc__.split('\n\n')[0])
+def build_parser() -> flags.Parser:
+  parser = flags.Parser(__doc__.split('\n\n')[0],
+                        module='pipeline.datasets')
   commands = parser.add_subparsers(dest='command', required=True,
                                    parser_class=flags.Parser)
   fetch_parser = commands.add_parser('fetch', help='fetch one corpus')
-  fetch_parser.add_argument('name', choices=sorted(DATASETS))
-  fetch_parser.add_argument('--dest', required=True, type=flags.folder)
+  fetch_parser.add_argument('name', choices=sorted(DATASETS),
+                            help='The corpus.')
+  fetch_parser.add_argument('--dest', required=True, type=flags.folder,
+                            help='Folder the corpus is written under.')
   fetch_parser.add_argument('--cache', default=None, type=flags.folder,
                             help='Folder of registry files to use before '
                             'downloading, and to keep downloads in.')
-  args, _ = flags.parse(parser, argv)
+  return parser
+
+
+def run(argv=None) -> str:
+  args, _ = flags.parse(build_parser(), argv)
   folder = fetch(args.name, args.dest, args.cache)
   print(folder)
   return folder
 
 
-if __name__ == '__main__':
+def main():
+  """The console script's entry point."""
   cli.main(run)
+
+
+if __name__ == '__main__':
+  main()

@@ -50,16 +50,21 @@ from schemas import transformed
 MAX_LEN = 65_536
 
 
-def parse_args(argv):
-  """Our flags and the pipeline's; @FILE reads flags from a file, one a line
+def build_parser() -> flags.Parser:
+  """The job's own flags; @FILE reads flags from a file, one a line
   (configs/<name>/)."""
-  parser = flags.Parser(__doc__.split('\n\n')[0])
+  parser = flags.Parser(__doc__.split('\n\n')[0],
+                        module='pipeline.preprocess')
   readers.add_reader_arguments(parser)
-  parser.add_argument('--output_dir', required=True, type=flags.folder)
+  parser.add_argument('--output_dir', required=True, type=flags.folder,
+                      help='Folder of the TFRecords, the transform graph, '
+                      'stats.json and the dead letters; published whole '
+                      'when the job succeeds.')
   parser.add_argument('--overwrite', action='store_true',
                       help='Replace output_dir even if this job did not '
                       'write it.')
-  parser.add_argument('--label_field', default='label')
+  parser.add_argument('--label_field', default='label',
+                      help='Field holding each record\'s class name.')
   parser.add_argument(
       '--split_field', default=None,
       help='Field naming each record\'s split: train, validation (valid, '
@@ -90,11 +95,17 @@ def parse_args(argv):
                       default=defaults.vocab_size,
                       help='Vocabulary size including padding and OOV ids.')
   parser.add_argument('--min_frequency', type=flags.integer(1),
-                      default=defaults.min_frequency)
+                      default=defaults.min_frequency,
+                      help='Train documents a token must appear in to get '
+                      'an id of its own; rarer ones are OOV.')
   parser.add_argument('--max_len', type=flags.integer(1, MAX_LEN),
-                      default=defaults.max_len)
+                      default=defaults.max_len,
+                      help='Tokens kept of each document (see --truncation), '
+                      'padded to this length.')
   parser.add_argument('--max_token_chars', type=flags.integer(1),
-                      default=defaults.max_token_chars)
+                      default=defaults.max_token_chars,
+                      help='Characters kept of a token; a longer one is cut '
+                      'to this many.')
   parser.add_argument('--truncation', choices=transform.TRUNCATIONS,
                       default=defaults.truncation,
                       help='Tokens kept from a document longer than max_len: '
@@ -106,7 +117,12 @@ def parse_args(argv):
                       default=not defaults.keep_punctuation,
                       help='Drop punctuation and symbols instead of making '
                       'them tokens.')
-  return jobs.parse_args(parser, argv)
+  return parser
+
+
+def parse_args(argv):
+  """Our flags and the pipeline's (every Beam pipeline option)."""
+  return jobs.parse_args(build_parser(), argv)
 
 
 class ReadAndRoute(beam.PTransform):
@@ -241,5 +257,10 @@ def run(argv=None):
   return stats
 
 
-if __name__ == '__main__':
+def main():
+  """The console script's entry point."""
   cli.main(run)
+
+
+if __name__ == '__main__':
+  main()

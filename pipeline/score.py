@@ -55,15 +55,18 @@ LAYOUT = outputs.Layout(
     owner=folders.SCORING)
 
 
-def parse_args(argv):
-  """Our flags and the pipeline's; @FILE reads flags from a file, one a
-  line, as the other jobs do."""
-  parser = flags.Parser(__doc__.split('\n\n')[0])
+def build_parser() -> flags.Parser:
+  """The job's own flags; @FILE reads flags from a file, one a line, as
+  the other jobs do."""
+  parser = flags.Parser(__doc__.split('\n\n')[0],
+                        module='pipeline.score')
   readers.add_reader_arguments(parser)
   parser.add_argument('--model_dir', required=True, type=flags.folder,
                       help='The trainer\'s model folder (its newest export '
                       'is used) or one export version folder.')
-  parser.add_argument('--output_dir', required=True, type=flags.folder)
+  parser.add_argument('--output_dir', required=True, type=flags.folder,
+                      help='Root folder of the scored Parquet files; each '
+                      'run publishes it, or its --partition, whole.')
   parser.add_argument('--partition', default=None,
                       help='Sub-folder of output_dir for this run, '
                       'hive-style: key=value folders such as dt=2026-11-21 '
@@ -87,10 +90,16 @@ def parse_args(argv):
                       'by length into model calls of '
                       f'{length_groups.CALL_ROWS} '
                       '(serving/length_groups.py).')
-  parser.add_argument('--parquet_codec', choices=_CODECS, default='zstd')
+  parser.add_argument('--parquet_codec', choices=_CODECS, default='zstd',
+                      help='Compression of the Parquet files.')
   rejections.add_budget_argument(parser)
   progress.add_argument(parser)
-  return jobs.parse_args(parser, argv)
+  return parser
+
+
+def parse_args(argv):
+  """Our flags and the pipeline's (every Beam pipeline option)."""
+  return jobs.parse_args(build_parser(), argv)
 
 
 def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
@@ -169,5 +178,10 @@ def run(argv=None):
   return written
 
 
-if __name__ == '__main__':
+def main():
+  """The console script's entry point."""
   cli.main(run)
+
+
+if __name__ == '__main__':
+  main()

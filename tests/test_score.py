@@ -171,7 +171,7 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
   # Batches of 32 documents.
   assert manifest['inference']['batches'] >= -(-150 // 32)
   assert not os.path.exists(outputs.staging_root(str(output_dir)))
-  # The README's query.
+  # The query docs/operations.md gives.
   by_label = duckdb.sql(f"""
       SELECT dt, label, count(*) AS documents
       FROM read_parquet('{output_dir}/dt=*/*.parquet', hive_partitioning=true)
@@ -771,7 +771,8 @@ def test_a_partition_of_other_columns_needs_its_flag_and_readers_see_all(
   assert sorted(os.listdir(root)) == ['dt=1']
   score.run([*common, '--partition=dt=2', '--keep_fields=source',
              '--allow_schema_change'])
-  # The reader options the README gives see every column of every day.
+  # The reader options docs/operations.md gives see every column of every
+  # day.
   files = sorted(root.glob('*/part-*.parquet'))
   schema = pa.unify_schemas([pq.read_schema(path) for path in files])
   table = ds.dataset(root, partitioning='hive', schema=schema).to_table()

@@ -40,7 +40,7 @@ TEMPERATURE = 'temperature'
 
 @dataclasses.dataclass(frozen=True)
 class ModelParams:
-  """Hyperparameters. The defaults are the hybrid (README, "Model"): the
+  """Hyperparameters. The defaults are the hybrid (docs/training.md, "The model"): the
   keras.io transformer, on the 20,000 most frequent ids and 256 tokens, beside
   the n-gram branch; ``configs/imdb_seed`` spells out the keras.io model
   alone."""
@@ -113,6 +113,34 @@ FIELD_FLAGS = {
     'ngram_min_count': flags.integer(0),
     'ngram_init': flags.number(),
     'ngram_dropout': flags.number(0, 1, high_open=True),
+}
+
+
+# Each field's help, for the trainer's flags.
+FIELD_HELP = {
+    'embed_dim': 'Width of the token and position embeddings.',
+    'num_heads': 'Attention heads of each transformer block.',
+    'key_dim': 'Query and key width of each head; 0: --embed_dim '
+               '(keras.io\'s choice).',
+    'ff_dim': 'Hidden width of each block\'s feed-forward layer.',
+    'num_layers': 'Transformer blocks.',
+    'dropout': 'Dropout rate in the blocks and the head.',
+    'pooling': 'How the token vectors become one: their mean or max.',
+    'positions': 'Position embeddings: learned, or fixed sinusoids.',
+    'bigram_buckets': 'Hash buckets of a bigram embedding added to the '
+                      'tokens\'; 0: none.',
+    'token_dropout': 'Share of tokens hidden while training.',
+    'head_units': 'Units of the dense layer before the classes.',
+    'model': 'transformer, nbsvm, or hybrid (both).',
+    'transformer_vocab': 'The transformer sees the most frequent ids up to '
+                         'this one (the rest as OOV); 0: all.',
+    'transformer_len': 'The transformer sees at most this many tokens '
+                       '(head and tail); 0: all.',
+    'ngram_order': 'The n-gram branch counts n-grams up to this order.',
+    'ngram_min_count': 'Training documents an n-gram needs; 0: chosen on '
+                       'validation.',
+    'ngram_init': 'Every NBSVM weight\'s first value.',
+    'ngram_dropout': 'Share of n-grams hidden while training.',
 }
 
 

@@ -131,8 +131,9 @@ def _batches(items: Iterable, size: int) -> Iterator[List]:
     yield batch
 
 
-def parse_args(argv):
-  parser = flags.Parser(__doc__.split('\n\n')[0], fromfile_prefix_chars=None)
+def build_parser() -> flags.Parser:
+  parser = flags.Parser(__doc__.split('\n\n')[0], module='trainer.predict',
+                        fromfile_prefix_chars=None)
   parser.add_argument('--model_dir', required=True, type=flags.folder,
                       help='The trainer\'s model folder or one export folder.')
   parser.add_argument('--json', action='store_true',
@@ -145,7 +146,11 @@ def parse_args(argv):
   parser.add_argument('texts', nargs='*',
                       help='Texts to classify; without any, one a line '
                       'from standard input.')
-  return flags.parse(parser, argv)[0]
+  return parser
+
+
+def parse_args(argv):
+  return flags.parse(build_parser(), argv)[0]
 
 
 def run(argv=None):
@@ -178,5 +183,10 @@ def run(argv=None):
         'classified (see the warnings); the others were')
 
 
-if __name__ == '__main__':
+def main():
+  """The console script's entry point."""
   cli.main(run)
+
+
+if __name__ == '__main__':
+  main()

@@ -67,21 +67,27 @@ MIN_COUNTS = (32, 16, 8, 4, 2)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def parse_args(argv):
+def build_parser() -> flags.Parser:
   """The trainer's flags, each typed and range-checked; @FILE reads flags
   from a file, one a line (configs/<name>/)."""
-  parser = flags.Parser(__doc__.split('\n\n')[0])
+  parser = flags.Parser(__doc__.split('\n\n')[0],
+                        module='trainer.train')
   parser.add_argument('--data_dir', required=True, type=flags.folder,
                       help='Output folder of pipeline.preprocess.')
-  parser.add_argument('--model_dir', required=True, type=flags.folder)
+  parser.add_argument('--model_dir', required=True, type=flags.folder,
+                      help='Model folder: each run adds a version under '
+                      'export/, with metrics.json and report.md beside.')
   parser.add_argument('--epochs', type=flags.integer(1), default=None,
                       help='Most epochs of the transformer (stopped early '
                       'on validation); default: enough for about '
                       f'{TARGET_STEPS} steps, {MIN_EPOCHS} to {MAX_EPOCHS}.')
-  parser.add_argument('--batch_size', type=flags.integer(1), default=32)
+  parser.add_argument('--batch_size', type=flags.integer(1), default=32,
+                      help='Training examples a step; at most the train '
+                      'split\'s size.')
   parser.add_argument('--learning_rate',
                       type=flags.number(0, FLOAT32_MAX, low_open=True),
-                      default=1e-3)
+                      default=1e-3,
+                      help='Adam\'s learning rate for the transformer.')
   parser.add_argument('--warmup_fraction',
                       type=flags.number(0, 1, high_open=True), default=0.0,
                       help='Share of the steps with a linear warm-up; with '
@@ -105,7 +111,8 @@ def parse_args(argv):
                       'multiple of this many tokens; 0 pads every batch to '
                       'max_len.')
   parser.add_argument('--seed', type=flags.integer(0, 2**32 - 1),
-                      default=42)
+                      default=42,
+                      help='Seed of the weights, the shuffling and dropout.')
   parser.add_argument('--cache', choices=data_lib.CACHE_POLICIES,
                       default='auto',
                       help='Keep the train and validation splits parsed in '
@@ -120,7 +127,11 @@ def parse_args(argv):
                       'shuffle buffer.')
   add_branch_args(parser)
   add_model_args(parser)
-  return flags.parse(parser, argv)[0]
+  return parser
+
+
+def parse_args(argv):
+  return flags.parse(build_parser(), argv)[0]
 
 
 def add_branch_args(parser) -> None:
@@ -135,7 +146,8 @@ def add_branch_args(parser) -> None:
                       'hybrid); default: as --epochs.')
   parser.add_argument('--ngram_learning_rate',
                       type=flags.number(0, FLOAT32_MAX, low_open=True),
-                      default=1e-3)
+                      default=1e-3,
+                      help='Adam\'s learning rate for the n-gram branch.')
 
 
 def add_model_args(parser) -> None:
@@ -147,7 +159,8 @@ def add_model_args(parser) -> None:
     check = model_lib.FIELD_FLAGS[field.name]
     kind = {'choices': check} if isinstance(check, tuple) else {'type': check}
     parser.add_argument(f'--{field.name}',
-                        default=getattr(defaults, field.name), **kind)
+                        default=getattr(defaults, field.name),
+                        help=model_lib.FIELD_HELP[field.name], **kind)
 
 
 def model_params(args) -> model_lib.ModelParams:
@@ -499,5 +512,10 @@ def train_and_publish(args, params: model_lib.ModelParams,
   return evaluation.metrics, export_dir
 
 
-if __name__ == '__main__':
+def main():
+  """The console script's entry point."""
   cli.main(run)
+
+
+if __name__ == '__main__':
+  main()

@@ -39,7 +39,7 @@ OUTPUT_ROOT = os.environ.get('SCORING_OUTPUT_ROOT', '/warehouse/review_scores')
 with DAG(
     dag_id='nightly_scoring',
     # In Airflow 3 a cron schedule's ds is the day the run fires, as
-    # $(date -u +%F) in the README's cron line.
+    # $(date -u +%F) in the cron line of docs/operations.md.
     schedule='15 2 * * *',
     start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc),
     catchup=False,

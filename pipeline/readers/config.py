@@ -117,14 +117,18 @@ def add_reader_arguments(parser: argparse.ArgumentParser):
   group.add_argument('--format', default='auto', choices=('auto',) + FORMATS,
                      help='Input format; auto picks it from the extension, '
                      'and a folder is read as one document per file.')
-  group.add_argument('--text_field', default='text')
+  group.add_argument('--text_field', default='text',
+                     help='Field holding the text to classify (csv, tsv, '
+                     'jsonl, parquet, tfrecord).')
   group.add_argument('--id_field', default='id',
                      help='Field with a record id; records without one get '
                      'source file + position.')
   group.add_argument('--csv_columns', default=None,
                      help='Comma-separated column names for CSV/TSV files '
                      'without a header row.')
-  group.add_argument('--csv_delimiter', default=None)
+  group.add_argument('--csv_delimiter', default=None,
+                     help='One character between CSV fields, itself or an '
+                     'escape such as \\t; default: , for csv, tab for tsv.')
   group.add_argument('--csv_splittable', action='store_true',
                      help='Split CSV files at line boundaries for parallel '
                      'reads; only safe when no quoted field holds a newline.')

@@ -118,8 +118,8 @@ def check_sibling_schemas(output_dir: str, partition: str,
         f'--partition={partition} has other columns ({difference}), and '
         'readers of the root take one partition\'s columns for all: pass '
         '--allow_schema_change to write it all the same, and read the root '
-        'as the README\'s "Partitions of different columns" says, or score '
-        'into another --output_dir')
+        'as docs/operations.md, "Partitions of different columns", says, or '
+        'score into another --output_dir')
 
 
 # Kept fields: (input field, output column) pairs.
