@@ -8,6 +8,7 @@ pattern are refused by every folder flag; other odd names work end to end.
 """
 import os
 import shutil
+import stat
 
 from hypothesis import given
 from hypothesis import settings
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 import pytest
 
 from cli import flags
+from pipeline import jobs
 from pipeline import preprocess
 from pipeline import score
 from tests.conftest import built_once
@@ -43,14 +45,18 @@ def scored(tmp_path_factory, trained):
       'scored')
 
 
-def snapshot(folder):
-  """Every folder and file under ``folder``, with each file's bytes."""
+def snapshot(folder, follow_pipes=True):
+  """Every folder and file under ``folder``, with each file's bytes (a
+  pipe's unread unless ``follow_pipes``)."""
   found = {}
   for root, folders, names in os.walk(folder):
     for name in folders:
       found[os.path.relpath(os.path.join(root, name), folder) + '/'] = None
     for name in names:
       path = os.path.join(root, name)
+      if not follow_pipes and stat.S_ISFIFO(os.stat(path).st_mode):
+        found[os.path.relpath(path, folder)] = 'pipe'
+        continue
       with open(path, 'rb') as handle:
         found[os.path.relpath(path, folder)] = handle.read()
   return found
@@ -252,22 +258,81 @@ def _lock_as_a_folder(tmp_path, trained, _):
   return folder
 
 
+def _files_inside_the_trainers_folders(tmp_path, trained, _):
+  folder = _model_copy(trained, tmp_path)
+  (folder / 'checkpoints').mkdir(exist_ok=True)
+  (folder / 'checkpoints' / 'notes.txt').write_text('kept')
+  return folder
+
+
+def _lock_hard_linked_to_another_file(tmp_path, trained, _):
+  folder = _model_copy(trained, tmp_path)
+  (tmp_path / 'stats.json').write_text('kept')
+  (folder / '.trainer.lock').unlink(missing_ok=True)
+  os.link(tmp_path / 'stats.json', folder / '.trainer.lock')
+  return folder
+
+
+def _lock_as_a_pipe(tmp_path, trained, _):
+  folder = _model_copy(trained, tmp_path)
+  (folder / '.trainer.lock').unlink(missing_ok=True)
+  os.mkfifo(folder / '.trainer.lock')
+  return folder
+
+
 @pytest.mark.parametrize('make', [
     _linked_model_dir_inside_preprocessed,
     _operator_files_named_like_the_trainers, _linked_checkpoints,
-    _export_linked_to_another_model, _lock_as_a_folder])
+    _export_linked_to_another_model, _lock_as_a_folder,
+    _files_inside_the_trainers_folders, _lock_hard_linked_to_another_file,
+    _lock_as_a_pipe])
 def test_the_trainer_writes_through_no_link_and_keeps_what_is_not_its(
     tmp_path, monkeypatch, capsys, synthetic_preprocessed, trained, make):
   work = tmp_path / 'work'
   work.mkdir()
   model_dir = make(work, trained, synthetic_preprocessed)
-  before = snapshot(work)
+  before = snapshot(work, follow_pipes=False)
   status, stderr = main_in_process(
       monkeypatch, capsys, train.run, f'--data_dir={synthetic_preprocessed}',
       f'--model_dir={model_dir}', *TINY_MODEL)
   assert status == 2, stderr
   assert 'Traceback' not in stderr
-  assert snapshot(work) == before
+  assert snapshot(work, follow_pipes=False) == before
+
+
+def test_the_trainer_never_reads_its_data_from_inside_its_model_folder(
+    tmp_path, monkeypatch, capsys, synthetic_preprocessed, trained):
+  model_dir = _model_copy(trained, tmp_path)
+  shutil.rmtree(model_dir / 'checkpoints', ignore_errors=True)
+  shutil.copytree(synthetic_preprocessed, model_dir / 'checkpoints')
+  before = snapshot(tmp_path)
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={model_dir}/checkpoints',
+      f'--model_dir={model_dir}', *TINY_MODEL)
+  assert status == 2, stderr
+  assert snapshot(tmp_path) == before
+
+
+def test_an_output_written_into_while_the_job_ran_is_not_replaced(
+    tmp_path, monkeypatch, capsys, scored):
+  corpus = write_jsonl(tmp_path / 'in.jsonl', synthetic_reviews(20, 0))
+  output = tmp_path / 'out'
+  real_run_pipeline = jobs.run_pipeline
+
+  def run_while_another_job_publishes(*args):
+    result = real_run_pipeline(*args)
+    # A scoring job publishes inside this job's output folder meanwhile.
+    shutil.copytree(scored, output / 'scores')
+    return result
+
+  monkeypatch.setattr(jobs, 'run_pipeline', run_while_another_job_publishes)
+  status, stderr = main_in_process(
+      monkeypatch, capsys, preprocess.run, f'--input={corpus}',
+      f'--output_dir={output}')
+  assert status == 2, stderr
+  assert 'a scoring output' in stderr.splitlines()[-1]
+  assert snapshot(output / 'scores') == snapshot(scored)
+  assert sorted(os.listdir(tmp_path)) == ['in.jsonl', 'out']
 
 
 def test_a_beam_job_sees_links_and_empty_folders_and_writes_through_no_link(
@@ -283,6 +348,8 @@ def test_a_beam_job_sees_links_and_empty_folders_and_writes_through_no_link(
   (tmp_path / 'scores').mkdir()
   (tmp_path / 'scores' / 'dt=1').symlink_to(tmp_path / 'pre' / 'transform_fn')
   (tmp_path / 'scores' / 'dt=2').symlink_to(tmp_path / 'tool')
+  # A staging folder that is a link into another job's output.
+  (tmp_path / '.linked.staging').symlink_to(tmp_path / 'pre')
   before = snapshot(tmp_path)
   runs = [
       (preprocess.run, f'--input={corpus}', f'--output_dir={tmp_path / "out"}'),
@@ -291,6 +358,8 @@ def test_a_beam_job_sees_links_and_empty_folders_and_writes_through_no_link(
       (score.run, f'--input={corpus}', f'--model_dir={trained[0]}',
        f'--output_dir={tmp_path / "scores"}', '--partition=dt=2',
        '--overwrite'),
+      (preprocess.run, f'--input={corpus}',
+       f'--output_dir={tmp_path / "linked"}'),
   ]
   for run, *flags_given in runs:
     status, stderr = main_in_process(monkeypatch, capsys, run, *flags_given)

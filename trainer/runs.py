@@ -110,15 +110,43 @@ def _ours(name: str, model_folder: bool) -> bool:
                   folders.MODEL_REPORT, *SCRATCH, *evaluate.PLOTS))
 
 
-def _first_link(model_dir: str) -> str:
-  """The first symbolic link in a local model folder; '' if none is (or the
-  folder is on an object store, which has none)."""
+# The files a run's scratch folders (SCRATCH) hold, by path in the model
+# folder: publish_scratch replaces these folders whole.
+_SCRATCH_FILES = re.compile(
+    r'history\.csv|checkpoints/best\.weights\.h5|ngram_logits/'
+    r'(min_count_\d+/)?(history\.csv|checkpoints/best\.weights\.h5)')
+
+
+def _written_by_trainer(relative: str, model_folder: bool) -> bool:
+  """Whether the trainer writes the file at ``relative`` in a model folder
+  (``model_folder``: one it published a version in, or locked)."""
+  top, _, rest = relative.partition('/')
+  if (_SCRATCH_NAME.fullmatch(top) or top == LOGS_DIR or
+      _LOCK_NAME.fullmatch(relative)):
+    return True  # a run's own folders, and the lock
+  if not model_folder:
+    return False
+  if top == serving.EXPORT_DIR:
+    version = rest.split('/')[0]
+    return bool(exports.version_number(version) is not None or
+                _STAGING_NAME.fullmatch(version))
+  return bool(relative in (folders.MODEL_METRICS, folders.MODEL_REPORT,
+                           *evaluate.PLOTS) or
+              _SCRATCH_FILES.fullmatch(relative))
+
+
+def _first_shared(model_dir: str) -> str:
+  """The first entry of a local model folder that is a symbolic link, or a
+  file with other names (a hard link): writing or deleting it would reach
+  something else. '' if none is, or the folder is on an object store."""
   if '://' in model_dir:
     return ''
   for folder, subfolders, names in os.walk(model_dir):
     for name in sorted(subfolders + names):
-      if os.path.islink(os.path.join(folder, name)):
-        return os.path.join(folder, name)
+      path = os.path.join(folder, name)
+      if os.path.islink(path) or (name in names and
+                                  os.stat(path).st_nlink > 1):
+        return path
   return ''
 
 
@@ -140,22 +168,22 @@ def check_own(model_dir: str) -> None:
   names = [name.rstrip('/') for name in tf.io.gfile.listdir(model_dir)]
   jobs = folders.owners(set(names).__contains__)
   model_folder = bool({serving.EXPORT_DIR, folders.MODEL_LOCK} & set(names))
-  export_root = posixpath.join(model_dir, serving.EXPORT_DIR)
-  foreign = [name for name in names if not _ours(name, model_folder)] + [
-      posixpath.join(serving.EXPORT_DIR, name.rstrip('/'))
-      for name in (tf.io.gfile.listdir(export_root)
-                   if tf.io.gfile.isdir(export_root) else [])
-      if exports.version_number(name) is None and
-      not _STAGING_NAME.fullmatch(name.rstrip('/'))]
-  link = _first_link(model_dir)
+  shared = _first_shared(model_dir)
   lock_file = posixpath.join(model_dir, folders.MODEL_LOCK)
+  foreign = [name for name in names if not _ours(name, model_folder)] + [
+      posixpath.relpath(posixpath.join(folder, name), model_dir)
+      for folder, _, files in tf.io.gfile.walk(model_dir) for name in files
+      if not _written_by_trainer(posixpath.relpath(
+          posixpath.join(folder, name), model_dir), model_folder)]
   if jobs - {folders.MODEL}:
     problem = f'is {" and ".join(sorted(jobs - {folders.MODEL}))}'
-  elif link:
-    problem = (f'holds the symbolic link {link}, and the trainer writes and '
-               'deletes through none')
-  elif tf.io.gfile.isdir(lock_file):
-    problem = f'holds {lock_file} as a folder, where its lock is a file'
+  elif shared:
+    problem = (f'holds {shared}, a link or a file with other names, and '
+               'the trainer writes and deletes through none')
+  elif tf.io.gfile.exists(lock_file) and (
+      tf.io.gfile.isdir(lock_file) or '://' not in lock_file and
+      not os.path.isfile(lock_file)):
+    problem = f'holds {lock_file}, which is no file, where its lock is one'
   elif foreign:
     problem = (f'holds {foreign[0]}, which the trainer does not write and '
                'would not keep')

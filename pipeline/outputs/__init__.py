@@ -30,11 +30,16 @@ def staged(root: str, input_pattern: Optional[str] = None, *,
            overwrite: bool = False) -> StagedOutput:
   """The staged output of a job that reads ``input_pattern`` and writes
   ``layout``, once the location passed the policy's checks (else an
-  OutputError); enter it to create the staging folder."""
-  output = StagedOutput(root, partition=partition, publishes=layout.publishes)
+  OutputError), which publishing runs again; enter it to create the staging
+  folder."""
+  def check():
+    check_replaceable(output.root, output.final_dir, layout, overwrite,
+                      input_pattern or '')
+
+  output = StagedOutput(root, partition=partition, publishes=layout.publishes,
+                        check=check)
   if input_pattern:
     check_outside_input([output.final_dir, output.staging_dir], layout,
                         input_pattern)
-  check_replaceable(output.root, output.final_dir, layout, overwrite,
-                    input_pattern or '')
+  check()
   return output

@@ -91,8 +91,12 @@ class StagedOutput:
   """
 
   def __init__(self, root: str, *, partition: str = '',
-               publishes: Callable[[str], bool] = lambda relative: True):
+               publishes: Callable[[str], bool] = lambda relative: True,
+               check: Callable[[], None] = lambda: None):
     self.root = files.resolved(root)
+    # The output location's checks, run again just before publishing:
+    # another job may have written into it while this one ran.
+    self._check = check
     self.final_dir = posixpath.join(self.root, partition) if partition else (
         self.root)
     self._publishes = publishes
@@ -103,6 +107,12 @@ class StagedOutput:
     self._published = False
 
   def __enter__(self) -> 'StagedOutput':
+    if files.is_local(self._staging_root) and os.path.islink(
+        self._staging_root):
+      raise OutputError(
+          f'{self._staging_root}, where the output is staged, is a symbolic '
+          'link: staging would write, and remove, where it points; remove '
+          'the link')
     try:
       self._sweep_stale()
       self._create()
@@ -189,6 +199,7 @@ class StagedOutput:
   def publish(self) -> None:
     """Moves the staged output into place, replacing any previous one."""
     cli.check_not_stopped()
+    self._check()
     files.delete_tree(self.kept_dir)
     self._remove_strays()
     if files.is_local(self.final_dir):
