@@ -146,7 +146,8 @@ def test_imdb_groups_are_blocks_of_100_ids_of_a_label_folder():
   # Where the IMDB corpus is named, the pattern is this one.
   makefile = (REPO / 'Makefile').read_text()
   assert f'IMDB_GROUP_PATTERN := {datasets.IMDB_GROUP_PATTERN}\n' in makefile
-  assert datasets.IMDB_GROUP_PATTERN in (REPO / 'README.md').read_text()
+  for page in ('preprocessing.md', 'splits-and-evaluation.md'):
+    assert datasets.IMDB_GROUP_PATTERN in (REPO / 'docs' / page).read_text()
 
 
 def test_the_report_says_which_split_chose_what():
