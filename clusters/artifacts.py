@@ -83,6 +83,13 @@ def _requirement(package: str) -> str:
   raise FetchError(f'{package} is not pinned in clusters/requirements.txt')
 
 
+def home(cluster: str) -> pathlib.Path:
+  """The distribution's deps/ folder, as its own scripts know it: Flink's
+  lib/, opt/, bin/; Spark's bin/ and jars/."""
+  (found,) = distribution(cluster).glob('*/deps')
+  return found
+
+
 def distribution(cluster: str) -> pathlib.Path:
   """The unpacked PyPI distribution that holds the cluster's jars."""
   line = _requirement(DISTRIBUTIONS[cluster])

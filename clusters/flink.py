@@ -49,12 +49,6 @@ class Cluster(NamedTuple):
   worker_pool: workers.Pool
 
 
-def _home() -> pathlib.Path:
-  """The distribution's deps/ folder: lib/, opt/, bin/."""
-  (home,) = artifacts.distribution('flink').glob('*/deps')
-  return home
-
-
 def _java_options(dist_jar: pathlib.Path) -> str:
   """The --add-opens Flink needs on Java 17, from the defaults its
   distribution jar holds."""
@@ -104,7 +98,7 @@ def _memory_flags(classpath: str, home: pathlib.Path, conf: pathlib.Path,
 def session_cluster(run_dir: pathlib.Path, slots: int = 2) -> Iterator[Cluster]:
   """A JobManager, a TaskManager of ``slots`` slots and a worker pool, all
   stopped on the way out; logs in ``run_dir``."""
-  home = _home()
+  home = artifacts.home('flink')
   jars = sorted((home / 'lib').glob('*.jar'))
   (dist_jar,) = [jar for jar in jars if jar.name.startswith('flink-dist')]
   # Flink's scripts put flink-dist last.

@@ -19,18 +19,12 @@ class Cluster(NamedTuple):
   worker_pool: workers.Pool
 
 
-def spark_home() -> pathlib.Path:
-  """The sdist's deps/ folder: a Spark distribution's bin/ and jars/."""
-  (home,) = artifacts.distribution('spark').glob('*/deps')
-  return home
-
-
 @contextlib.contextmanager
 def standalone_cluster(run_dir: pathlib.Path, cores: int = 2,
                        memory: str = '4g') -> Iterator[Cluster]:
   """A Master, a Worker of ``cores`` cores and a worker pool, all stopped on
   the way out; logs in ``run_dir``."""
-  home = spark_home()
+  home = artifacts.home('spark')
   master_port, master_ui, worker_ui = (processes.free_port()
                                        for _ in range(3))
   env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP='127.0.0.1',

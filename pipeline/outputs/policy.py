@@ -50,13 +50,18 @@ class Layout:
     return [re.sub(r'\*+', _SHARD, glob) for glob in self.contents]
 
 
+def _reads(pattern: str):
+  """Whether the input pattern matches a (resolved) path."""
+  return re.compile(matching.translate(
+      files.resolved_pattern(pattern))).fullmatch
+
+
 def check_outside_input(folders: List[str], layout: Layout,
                         pattern: str) -> None:
   """Fails if the input pattern would match a file the job writes in any of
   ``folders`` (the output, its staging folder): a job reading its own
   output never runs the same twice."""
-  matches = re.compile(matching.translate(
-      files.resolved_pattern(pattern))).fullmatch
+  matches = _reads(pattern)
   for folder in folders:
     for example in layout.examples():
       path = posixpath.join(folder, example)
@@ -168,8 +173,7 @@ def check_replaceable(root: str, final_dir: str, layout: Layout,
         f'{" and ".join(sorted(jobs))}, which this job never replaces, with '
         '--overwrite or without; choose another --output_dir')
   if input_pattern:
-    reads = re.compile(matching.translate(
-        files.resolved_pattern(input_pattern))).fullmatch
+    reads = _reads(input_pattern)
     inputs = [path for path in held
               if reads(posixpath.join(final_dir, path))]
     if inputs:

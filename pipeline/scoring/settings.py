@@ -54,21 +54,28 @@ def check_partition(partition: str) -> str:
   return '/'.join(segments)
 
 
-def check_partition_layout(output_dir: str, partition: str) -> None:
-  """ValueError when the output root holds finished outputs of another
-  layout than ``partition``'s: an unpartitioned output, or partitions of
-  other keys (dt=… beside dt=…/hour=…), which hive-style readers (DuckDB,
-  Spark) refuse to read together."""
-  if not partition:
-    return
+def finished_outputs(output_dir: str) -> List[str]:
+  """The folders under the output root that hold a finished output (a
+  success marker), sorted, by path relative to the root ('' the root)."""
   markers = FileSystems.match([posixpath.join(
       output_dir, '**', outputs.SUCCESS_MARKER)])[0].metadata_list
+  return sorted(posixpath.dirname(posixpath.relpath(marker.path, output_dir))
+                for marker in markers)
+
+
+def check_partition_layout(output_dir: str, partition: str,
+                           finished: List[str]) -> None:
+  """ValueError when the output root holds finished outputs (``finished``)
+  of another layout than ``partition``'s: an unpartitioned output, or
+  partitions of other keys (dt=… beside dt=…/hour=…), which hive-style
+  readers (DuckDB, Spark) refuse to read together."""
+  if not partition:
+    return
   if FileSystems.exists(posixpath.join(output_dir, outputs.SUCCESS_MARKER)):
     raise ValueError(f'{output_dir} is an output without partitions; a '
                      f'--partition={partition} beside it would mix layouts')
   wanted = partition_keys(partition)
-  for marker in markers:
-    existing = posixpath.dirname(posixpath.relpath(marker.path, output_dir))
+  for existing in finished:
     if partition_keys(existing) != wanted:
       raise ValueError(
           f'{output_dir} holds partitions such as {existing}, keyed '
@@ -82,20 +89,17 @@ def _columns(schema: pa.Schema) -> List[str]:
 
 
 def check_sibling_schemas(output_dir: str, partition: str,
-                          schema: pa.Schema) -> None:
-  """ValueError when a partition beside ``partition`` has other columns
-  than ``schema`` (a model with another label set, other kept fields):
-  readers of the root (pyarrow.dataset, pandas, DuckDB) take one
-  partition's columns for all and drop or refuse the others'."""
+                          finished: List[str], schema: pa.Schema) -> None:
+  """ValueError when a partition among ``finished`` beside ``partition``
+  has other columns than ``schema`` (a model with another label set, other
+  kept fields): readers of the root (pyarrow.dataset, pandas, DuckDB) take
+  one partition's columns for all and drop or refuse the others'."""
   if not partition:
     return
-  own = posixpath.join(output_dir, partition)
-  markers = FileSystems.match([posixpath.join(
-      output_dir, '**', outputs.SUCCESS_MARKER)])[0].metadata_list
-  for marker in sorted(markers, key=lambda m: m.path):
-    folder = posixpath.dirname(marker.path)
-    if folder == own:
+  for existing in finished:
+    if existing == partition:
       continue  # the partition this run replaces
+    folder = posixpath.join(output_dir, existing)
     parts = FileSystems.match([posixpath.join(folder, scored.FILE_PATTERN)],
                               [1])[0].metadata_list
     if not parts:
@@ -103,10 +107,10 @@ def check_sibling_schemas(output_dir: str, partition: str,
     with FileSystems.open(parts[0].path,
                           compression_type=CompressionTypes.UNCOMPRESSED
                           ) as handle:
-      existing = pq.read_schema(handle)
-    if existing.remove_metadata().equals(schema.remove_metadata()):
+      found = pq.read_schema(handle)
+    if found.remove_metadata().equals(schema.remove_metadata()):
       continue
-    ours, theirs = _columns(schema), _columns(existing)
+    ours, theirs = _columns(schema), _columns(found)
     difference = '; '.join(
         f'{what}: {", ".join(columns)}' for what, columns in (
             ('this run adds', [c for c in ours if c not in theirs]),
@@ -114,7 +118,7 @@ def check_sibling_schemas(output_dir: str, partition: str,
                                            if c not in ours]))
         if columns) or 'the same columns in another order'
     raise ValueError(
-        f'the partition {posixpath.relpath(folder, output_dir)} beside '
+        f'the partition {existing} beside '
         f'--partition={partition} has other columns ({difference}), and '
         'readers of the root take one partition\'s columns for all: pass '
         '--allow_schema_change to write it all the same, and read the root '
@@ -211,7 +215,8 @@ def settings_from_args(args) -> Settings:
   try:
     partition = ('' if args.partition is None else
                  check_partition(args.partition))
-    check_partition_layout(args.output_dir, partition)
+    finished = finished_outputs(args.output_dir)
+    check_partition_layout(args.output_dir, partition, finished)
     kept = parse_keep_fields(args.keep_fields)
     pattern, fmt = readers.resolve_input(args.input, args.format)
     config = readers.read_config_from_args(
@@ -230,7 +235,7 @@ def settings_from_args(args) -> Settings:
     # Parquet columns.
     schema = scored.arrow_schema(metadata['label_names'], kept_schema)
     if not args.allow_schema_change:
-      check_sibling_schemas(args.output_dir, partition, schema)
+      check_sibling_schemas(args.output_dir, partition, finished, schema)
   except (ValueError, exports.ExportError) as error:  # ReaderError is one
     raise cli.JobError(str(error)) from error
   return Settings(args.output_dir, partition, pattern, config, kept,
