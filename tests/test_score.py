@@ -10,9 +10,6 @@ import sys
 import time
 
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.testing.util import assert_that
-from apache_beam.testing.util import equal_to
-import apache_beam as beam
 import duckdb
 import hypothesis
 from hypothesis import strategies as st
@@ -33,13 +30,11 @@ from pipeline import score
 from pipeline.scoring import inference
 from pipeline.scoring import kept_fields
 from pipeline.scoring import settings as settings_lib
-from schemas import raw
 from schemas import rejected
 from schemas import scored
 from schemas import serving
 from tests import s3
 from tests.conftest import assert_float32_close
-from tests.conftest import beam_pipeline
 from tests.conftest import dead_letters
 from tests.conftest import float32_approx
 from tests.conftest import main_in_process
