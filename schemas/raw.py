@@ -4,6 +4,9 @@ A reader turns any input format into dicts keyed by the names below. The TFT
 transform graph sees only the features in ``RAW_FEATURE_SPEC``; the others
 (source, split, reason, snippet) steer the Beam jobs around it.
 """
+import re
+from typing import Optional
+
 import pyarrow as pa
 import tensorflow as tf
 
@@ -70,3 +73,15 @@ SPLIT_ALIASES = {
     'test': TEST,
     'eval': TEST,
 }
+
+
+def group_from(value: str, pattern: re.Pattern) -> Optional[str]:
+  """The group ``pattern`` finds in ``value``: the non-empty capture groups
+  joined, or the whole match when the pattern captures nothing; None when it
+  does not match or finds only ''."""
+  match = pattern.search(value)
+  if not match:
+    return None
+  captured = match.groups()
+  return (''.join(part for part in captured if part) if captured
+          else match.group(0)) or None

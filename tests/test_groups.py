@@ -130,18 +130,18 @@ def test_a_header_is_the_group_of_an_email(tmp_path):
     (r'q(\d)', 'none', None),
 ])
 def test_a_pattern_takes_the_group_from_its_captures(pattern, value, group):
-  assert split_lib.group_from(value, re.compile(pattern)) == group
+  assert raw.group_from(value, re.compile(pattern)) == group
 
 
 def test_imdb_groups_are_blocks_of_100_ids_of_a_label_folder():
   pattern = re.compile(datasets.IMDB_GROUP_PATTERN)
-  groups = {file_id: split_lib.group_from(
+  groups = {file_id: raw.group_from(
       f'/data/aclImdb/train/pos/{file_id}_0.txt', pattern)
             for file_id in datasets.imdb_file_ids()}
   assert groups[12345] == 'pos/123' and groups[7] == groups[99] == 'pos/'
   assert groups[100] == groups[199] == 'pos/1' != groups[200]
   assert len(set(groups.values())) == 125
-  assert split_lib.group_from('/d/aclImdb/train/neg/5_0.txt', pattern) == (
+  assert raw.group_from('/d/aclImdb/train/neg/5_0.txt', pattern) == (
       'neg/')
   # Where the IMDB corpus is named, the pattern is this one.
   makefile = (REPO / 'Makefile').read_text()

@@ -38,7 +38,7 @@ from trainer import train
 
 # Flags of a small, fast training run.
 TINY_MODEL = ['--model=transformer', '--batch_size=16', '--embed_dim=8',
-              '--ff_dim=8', '--epochs=2']
+              '--ff_dim=8', '--epochs=2', '--folds=0']
 
 
 def preprocess_rows(folder, rows, *flags):
@@ -473,17 +473,18 @@ def test_default_epochs_make_about_the_target_steps(train_examples, epochs):
   assert train.default_epochs(train_examples, 32) == epochs
 
 
-def test_the_defaults_choose_the_ngram_minimum_count_on_validation(
+def test_without_folds_validation_chooses_the_ngram_minimum_count(
     synthetic_preprocessed, tmp_path):
   metrics, export_dir = train.run([
       f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
-      '--batch_size=16', '--embed_dim=8', '--ff_dim=8'])
+      '--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--folds=0'])
   training = exports.read_metadata(export_dir)['training']
   assert training['model'] == 'hybrid'
   data = data_lib.PreprocessedData.load(str(synthetic_preprocessed))
   assert training['epochs'] == training['ngram_epochs'] == (
       train.default_epochs(data.num_examples(raw.TRAIN), 16))
-  choice = training['ngram_choice']
+  choice = training['choices']
+  assert choice['on'] == raw.VALIDATION and not choice['refit']
   tried = [count for count, _ in choice['tried']]
   assert len(tried) >= 2
   assert tried == [count for count in train.MIN_COUNTS if count >= tried[-1]]
@@ -707,7 +708,7 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
       '--ff_dim=8', '--learning_rate=0.005', '--seed=3', '--decay',
       '--warmup_fraction=0.25',
       '--weight_decay=0.01', '--clipnorm=1', '--monitor=val_accuracy',
-      '--bucket_width=32'])
+      '--bucket_width=32', '--folds=0'])
   _, metadata = exports.load(export_dir)
   flags = {'decay': True, 'warmup_fraction': 0.25, 'weight_decay': 0.01,
            'clipnorm': 1.0, 'monitor': 'val_accuracy', 'bucket_width': 32}

@@ -23,8 +23,15 @@ import tensorflow as tf  # pylint: disable=wrong-import-position
 
 from schemas import raw  # pylint: disable=wrong-import-position
 from trainer import model as model_lib  # pylint: disable=wrong-import-position
+from trainer import selection  # pylint: disable=wrong-import-position
 
 ECE_BINS = 15
+# How the report names what the temperature was fitted on.
+_FITTED_ON = {
+    raw.VALIDATION: 'the validation split',
+    selection.CROSS_VALIDATION: 'the held-out predictions of the cross-validation '
+                        'folds (the train split)',
+}
 RELIABILITY_PLOT = 'reliability.png'
 # The smallest scale a fit may return: a branch that does not help is
 # weighted (almost) out, never turned against its own predictions.
@@ -123,24 +130,67 @@ def _branch_logits(model, batches):
 
 def calibrate(model, batches) -> Dict:
   """Fits the branch weights and the temperature of ``model`` on
-  ``batches`` of (token ids, label ids), sets them in the model, and
-  returns them with the validation figures before and after."""
+  ``batches`` of (token ids, label ids) of the validation split."""
   logits, labels = _branch_logits(model, batches)
+  return calibrate_logits(model, logits, labels, raw.VALIDATION)
+
+
+def calibrate_logits(model, logits: np.ndarray, labels: np.ndarray,
+                     fitted_on: str, weights_by_accuracy: bool = False
+                     ) -> Dict:
+  """Fits the branch weights and the temperature of ``model`` on its
+  branches' ``logits`` [examples, branches, classes] of held-out examples
+  (``fitted_on`` names them), sets them in the model, and returns them with
+  the figures there before and after. With ``weights_by_accuracy``, the
+  branch weights are those of the most accurate mix instead
+  (``accurate_weights``), and the temperature is fitted to them."""
   scales = fit_scales(logits, labels)
   weights, temperature = scales / scales.sum(), 1.0 / scales.sum()
+  if weights_by_accuracy and len(scales) > 1:
+    weights = accurate_weights(logits, labels, weights)
+    temperature = 1.0 / fit_scales(
+        np.einsum('nbk,b->nk', logits, weights)[:, None, :], labels)[0]
   if len(scales) > 1:
     model.get_layer(model_lib.MIXED_LOGITS).scales.assign(weights)
   model.get_layer(model_lib.TEMPERATURE).temperature.assign(temperature)
   mixed = np.einsum('nbk,b->nk', logits, weights)
   before, after = softmax(mixed), softmax(mixed / temperature)
   result = {'temperature': float(temperature),
-            'validation': {'examples': int(len(labels)),
-                           'before': summary(before, labels),
-                           'after': summary(after, labels)}}
+            'fitted_on': {'examples': int(len(labels)), 'what': fitted_on,
+                          'before': summary(before, labels),
+                          'after': summary(after, labels)}}
   if len(scales) > 1:
     result['branch_weights'] = dict(zip(model_lib.branch_names(model),
                                         map(float, weights)))
+    result['fitted_on']['branch_accuracy'] = {
+        name: float((logits[:, b].argmax(axis=1) == labels).mean())
+        for b, name in enumerate(model_lib.branch_names(model))}
   return result
+
+
+# The branch weights ``accurate_weights`` tries: the first branch's share
+# in steps of 5 %.
+_WEIGHT_GRID = np.linspace(0.0, 1.0, 21)
+
+
+def accurate_weights(logits: np.ndarray, labels: np.ndarray,
+                     likely: np.ndarray) -> np.ndarray:
+  """The weights of two branches (summing to 1, on a grid) whose mix is the
+  most accurate on ``logits``; of equally accurate ones, the nearest to
+  ``likely`` (the weights of the most likely mix).
+
+  The weights that minimise the NLL need not classify best: on IMDB they
+  gave the transformer a tenth of the say and lost 0.2 points to the n-gram
+  branch alone over 22,700 held-out reviews. Accuracy is what the trainer
+  chooses everything else by; fitted on the cross-validation folds'
+  held-out predictions of the whole train split, not on a validation
+  split's few thousand, a 5 % step is not chosen on noise.
+  """
+  def key(share):
+    mixed = share * logits[:, 0] + (1 - share) * logits[:, 1]
+    return (np.mean(mixed.argmax(axis=1) == labels), -abs(share - likely[0]))
+  share = max(_WEIGHT_GRID, key=key)
+  return np.array([share, 1.0 - share])
 
 
 def summary(probabilities: np.ndarray, labels: np.ndarray) -> Dict:
@@ -206,7 +256,7 @@ def plot_reliability(curves: Dict[str, np.ndarray], labels: np.ndarray,
   plt.close(figure)
 
 
-def report_lines(metrics: Dict) -> List[str]:
+def report_lines(metrics: Dict, fitted_on: str) -> List[str]:
   """The report's calibration section: each held-out split at temperature 1
   and at the fitted temperature."""
   splits = [split for split in raw.HELD_OUT
@@ -215,7 +265,8 @@ def report_lines(metrics: Dict) -> List[str]:
     return []
   temperature = metrics[splits[0]]['calibration']['temperature']
   lines = ['', '## Calibration', '',
-           f'Temperature fitted on the validation split: {temperature:.4f}; '
+           f'Temperature fitted on {_FITTED_ON.get(fitted_on, fitted_on)}: '
+           f'{temperature:.4f}; '
            f'expected calibration error over {ECE_BINS} equal-width '
            'confidence bins.', '',
            '| split, probabilities | accuracy | ECE | NLL |',

@@ -7,6 +7,7 @@ import os
 import posixpath
 from typing import Dict, List
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
@@ -261,21 +262,75 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
                             seed=seed, reshuffle_each_iteration=True)
   examples = parsed.map(lambda example: (example[feature],
                                          example[transformed.LABEL_ID]))
+  if bucket_width and feature != transformed.TOKEN_IDS:
+    raise ValueError('length buckets batch token ids only')
+  # stats.json counts the split, so a pass's batches are known.
+  return batched(examples, data.num_examples(split), batch_size,
+                 drop_remainder, bucket_width)
+
+
+def batched(examples: tf.data.Dataset, count: int, batch_size: int,
+            drop_remainder: bool, bucket_width: int) -> tf.data.Dataset:
+  """Batches of ``examples`` (token ids, label), ``count`` of them; by
+  length buckets with ``bucket_width``."""
   if bucket_width:
-    if feature != transformed.TOKEN_IDS:
-      raise ValueError('length buckets batch token ids only')
     batches = length_buckets(examples, batch_size, bucket_width,
                              drop_remainder)
   else:
     batches = examples.batch(batch_size, drop_remainder=drop_remainder)
-    # stats.json counts the split, so a pass's batches are known; Keras,
-    # told, no longer finds where the first epoch ends by running out of
-    # data, and warning that it did. A split whose files hold another
-    # count fails at the end of its first pass.
-    count = data.num_examples(split)
+    # Keras, told how many batches a pass has, no longer finds where the
+    # first epoch ends by running out of data, and warning that it did. A
+    # split whose files hold another count fails at the end of its first
+    # pass.
     batches = batches.apply(tf.data.experimental.assert_cardinality(
         count // batch_size if drop_remainder else -(-count // batch_size)))
   return batches.prefetch(tf.data.AUTOTUNE)
+
+
+@dataclasses.dataclass
+class Examples:
+  """A split (or several) held in memory: what cross-validation deals
+  into folds and refits on."""
+  token_ids: np.ndarray  # int64 [examples, max_len]
+  labels: np.ndarray     # int64 [examples]
+  ids: np.ndarray        # object [examples], the records' ids (bytes)
+
+  @classmethod
+  def load(cls, data: PreprocessedData, *splits: str) -> 'Examples':
+    """The examples of ``splits``, in file order."""
+    parts = []
+    for split in splits:
+      spec = data.feature_spec(split, [transformed.TOKEN_IDS,
+                                       transformed.LABEL_ID, transformed.ID])
+      records = tf.data.TFRecordDataset(data.files(split),
+                                        compression_type='GZIP')
+      for batch in records.batch(1024).map(
+          lambda batch, spec=spec: tf.io.parse_example(batch, spec)):
+        parts.append((batch[transformed.TOKEN_IDS].numpy(),
+                      batch[transformed.LABEL_ID].numpy(),
+                      batch[transformed.ID].numpy()))
+    token_ids, labels, ids = zip(*parts)
+    return cls(np.concatenate(token_ids), np.concatenate(labels),
+               np.concatenate(ids))
+
+  def __len__(self) -> int:
+    return len(self.labels)
+
+  def take(self, rows: np.ndarray) -> 'Examples':
+    return Examples(self.token_ids[rows], self.labels[rows], self.ids[rows])
+
+  def dataset(self, batch_size: int, shuffle: bool = False, seed: int = None,
+              drop_remainder: bool = False,
+              bucket_width: int = 0) -> tf.data.Dataset:
+    """Batches of (token ids, label id), as ``dataset`` makes them of a
+    split's files."""
+    examples = tf.data.Dataset.from_tensor_slices((self.token_ids,
+                                                   self.labels))
+    if shuffle:
+      examples = examples.shuffle(len(self), seed=seed,
+                                  reshuffle_each_iteration=True)
+    return batched(examples, len(self), batch_size, drop_remainder,
+                   bucket_width)
 
 
 def length_buckets(examples: tf.data.Dataset, batch_size: int, width: int,

@@ -29,14 +29,13 @@ from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
 from trainer import calibration  # pylint: disable=wrong-import-position
 from trainer import data as data_lib  # pylint: disable=wrong-import-position
+from trainer import selection  # pylint: disable=wrong-import-position
 from serving import exports  # pylint: disable=wrong-import-position
 
 METRICS_FILE = folders.MODEL_METRICS
 REPORT_FILE = folders.MODEL_REPORT
 HISTORY_FILE = 'history.csv'
 HISTORY_PLOT = 'training_curves.png'
-# The split whose figures chose the model, as metrics.json says.
-SELECTED_ON = raw.VALIDATION
 # The export's metadata section with the headline figures of its evaluation.
 EVALUATION = 'evaluation'
 # The label vocabulary is ordered by train frequency: id 0 is the train
@@ -139,7 +138,8 @@ def _plot_history(history_path: str, out_path: str) -> bool:
   figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(10, 4))
   for axes, metric in ((loss_axes, 'loss'), (accuracy_axes, 'accuracy')):
     axes.plot(epochs, [float(r[metric]) for r in rows], 'o-', label='train')
-    if f'val_{metric}' in rows[0]:
+    # Keras's CSVLogger writes NA where nothing was held out (a refit).
+    if rows[0].get(f'val_{metric}', 'NA') != 'NA':
       axes.plot(epochs, [float(r[f'val_{metric}']) for r in rows], 'o-',
                 label=raw.VALIDATION)
     axes.set_xlabel('epoch')
@@ -204,32 +204,69 @@ def _chosen_by(splits: Dict, split: str) -> str:
   return '; '.join(ways) or 'none'
 
 
-def choice_lines(selected_on: str, data_stats: Dict) -> List[str]:
-  """Which split chose what, and how the preprocessing job made each
-  (its stats.json); an output of a job that did not say, the split names
-  alone."""
+def choice_lines(choices: Dict, data_stats: Dict) -> List[str]:
+  """What chose what (``choices``, as the trainer records them), and how
+  the preprocessing job made each split (its stats.json); an output of a
+  job that did not say, the split names alone."""
   splits = data_stats.get(transformed.SPLITS_STATS)
-  if not splits:
-    return [f'The {selected_on} split chose the epoch (early stopping), the '
-            'temperature and any branch weights; the test split chose '
-            'nothing and is reported once, here.']
-  return [f'The {selected_on} split chose the epoch (early stopping), the '
-          'temperature and any branch weights. Its records: '
-          f'{_chosen_by(splits, selected_on)}.', '',
-          'The test split chose nothing and is reported once, here. Its '
-          f'records: {_chosen_by(splits, raw.TEST)}.']
+  on = choices.get('on', raw.VALIDATION)
+  if on == selection.CROSS_VALIDATION:
+    lines = cross_validation_lines(choices)
+  else:
+    lines = [f'The {on} split chose the epoch (early stopping), the '
+             'temperature and any branch weights.' +
+             (f' Its records: {_chosen_by(splits, on)}.' if splits else '')]
+    lines += ngram_choice_lines(choices)
+  return lines + ['', 'The test split chose nothing and is reported once, '
+                  'here.' + (f' Its records: {_chosen_by(splits, raw.TEST)}.'
+                             if splits else '')]
 
 
-def ngram_choice_lines(selected_on: str, training: Dict) -> List[str]:
+def cross_validation_lines(choices: Dict) -> List[str]:
+  """What cross-validation chose, with each candidate's held-out mean and
+  spread over the folds."""
+  folds = choices['cross_validation']
+  calibrated = (
+      'The final model was then trained on train + validation, and its '
+      'temperature and any branch weights fitted on the folds\' held-out '
+      'predictions: its validation figures below are of data it trained on.'
+      if choices.get('refit') else
+      'The validation split chose the temperature and any branch weights.')
+  lines = [f'Grouped {folds["folds"]}-fold cross-validation over the train '
+           f'split ({folds["examples"]:,} examples in {folds["groups"]:,} '
+           'groups: a record\'s group, else its text) chose each branch\'s '
+           'epochs' + (' and the n-gram minimum count'
+                       if folds.get('ngram_min_count') else '') +
+           f', by the mean held-out accuracy over the folds. {calibrated}', '',
+           '| branch | setting | epochs | held-out mean | spread (SD over '
+           'folds) | chosen |',
+           '| --- | --- | ---: | ---: | ---: | --- |']
+  for branch, tried in folds['tried'].items():
+    for candidate in tried:
+      setting = ', '.join(f'{key} {value}' for key, value in candidate.items()
+                          if key not in _SUMMARY_KEYS) or '–'
+      chosen = (candidate['epochs'] == folds['epochs'][branch] and
+                candidate.get('ngram_min_count') in (
+                    None, folds.get('ngram_min_count')))
+      lines.append(f'| {branch} | {setting} | {candidate["epochs"]} | '
+                   f'{candidate["mean"]:.4f} | {candidate["std"]:.4f} | '
+                   f'{"yes" if chosen else ""} |')
+  return lines
+
+
+# The figures of a cross-validated candidate, beside its setting.
+_SUMMARY_KEYS = ('epochs', 'mean', 'std', 'by_epoch')
+
+
+def ngram_choice_lines(choices: Dict) -> List[str]:
   """What the validation split chose of the n-gram branch, when it chose."""
-  choice = training.get('ngram_choice')
-  if not choice or len(choice['tried']) < 2:
+  tried = choices.get('tried') or []
+  if len(tried) < 2:
     return []
-  tried = ', '.join(f'{count}: {score:.4f}' for count, score in choice['tried'])
-  return ['', f'The {selected_on} split chose the n-gram branch\'s minimum '
-          f'document count, {choice["ngram_min_count"]} (best '
-          f'{training["monitor"]} of the branch alone, by count tried: '
-          f'{tried}).']
+  scores = ', '.join(f'{count}: {score:.4f}' for count, score in tried)
+  return ['', 'The validation split chose the n-gram branch\'s minimum '
+          f'document count, {choices["ngram_min_count"]} (best validation '
+          f'figure of the branch alone, by count tried: {scores}).']
 
 
 def _split_lines(section: Dict, split: str) -> List[str]:
@@ -271,8 +308,8 @@ def write_report(folder: str, evaluation: Evaluation, metadata: Dict,
       '# Evaluation report', '',
       f'Export version {metadata["version"]}, evaluated through its raw-text '
       'signature.', '',
-      *choice_lines(metrics['selected_on'], metadata.get('data_stats', {})),
-      *ngram_choice_lines(metrics['selected_on'], metadata.get('training', {})),
+      *choice_lines(metadata.get('training', {}).get('choices', {}),
+                    metadata.get('data_stats', {})),
       '', *_summary_lines(metrics)]
   for split in raw.HELD_OUT:
     _plot_confusion(metrics[split], split,
@@ -280,7 +317,8 @@ def write_report(folder: str, evaluation: Evaluation, metadata: Dict,
     lines += _split_lines(metrics[split], split)
   if has_history:
     lines += ['', f'![loss and accuracy per epoch]({HISTORY_PLOT})']
-  lines += calibration.report_lines(metrics)
+  lines += calibration.report_lines(
+      metrics, metadata['calibration']['fitted_on']['what'])
   lines += ['', '## Training parameters', '', '```json',
             json.dumps(metadata.get('training', {}), indent=2, sort_keys=True),
             '```', '']
@@ -311,7 +349,12 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
   metadata what the scoring job measures drift against and the headline
   figures; returns what it found."""
   signature, metadata = exports.load(export_dir)
-  metrics = {'selected_on': SELECTED_ON}
+  choices = metadata.get('training', {}).get('choices', {})
+  # What chose the model's settings: the validation split, or
+  # cross-validation (and then whether validation was trained on too).
+  selected = {'selected_on': choices.get('on', raw.VALIDATION),
+              'refit': bool(choices.get('refit'))}
+  metrics = dict(selected)
   labels, served = {}, {}
   for split in raw.HELD_OUT:
     labels[split], served[split] = predict_split(signature, data, split)
@@ -326,7 +369,7 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
   # predictions on data the model never learned from nor was chosen on.
   exports.add_metadata(export_dir, {
       drift.REFERENCE: drift.reference(data.label_names, served[raw.TEST]),
-      EVALUATION: {'selected_on': SELECTED_ON, **{
+      EVALUATION: {**selected, **{
           split: {key: metrics[split][key] for _, key, _ in HEADLINE
                   if key in metrics[split]} for split in raw.HELD_OUT}}})
   return Evaluation(metrics, labels[raw.TEST], served[raw.TEST])

@@ -111,19 +111,8 @@ class Vocabulary:
   def fit(cls, batches, max_order: int, num_classes: int, min_count: int = 2,
           alpha: float = 1.0) -> 'Vocabulary':
     """From batches of (token_ids, label_id) of the training split."""
-    flat = tf.function(lambda token_ids, labels: _flat_fingerprints(
-        token_ids, labels, max_order))
-    keys, labels = [], []
-    for token_ids, label_ids in batches:
-      batch_keys, batch_labels = flat(token_ids, label_ids)
-      keys.append(batch_keys.numpy())
-      labels.append(batch_labels.numpy())
-    keys, inverse = np.unique(np.concatenate(keys), return_inverse=True)
-    counts = np.bincount(
-        inverse.reshape(-1) * num_classes + np.concatenate(labels),
-        minlength=len(keys) * num_classes).reshape(len(keys), num_classes)
-    return cls(keys, counts, np.zeros(counts.shape, np.float32)).at_least(
-        min_count, alpha)
+    return DocumentNgrams.fit(batches, max_order).vocabulary(
+        num_classes, min_count=min_count, alpha=alpha)
 
   def at_least(self, min_count: int, alpha: float = 1.0) -> 'Vocabulary':
     """The n-grams in at least ``min_count`` training documents, their
@@ -135,12 +124,59 @@ class Vocabulary:
                       log_count_ratios(self.counts[kept], alpha))
 
 
-def _flat_fingerprints(token_ids, labels, max_order):
-  """The (fingerprint, label) pairs of a batch: one a document's n-gram."""
+@dataclasses.dataclass
+class DocumentNgrams:
+  """The distinct n-grams of each training document, found once: the
+  vocabulary of any subset of the documents (a cross-validation fold's) is
+  then a count, not another pass over the text."""
+  keys: np.ndarray       # int64 [n-grams], sorted fingerprints
+  key_rows: np.ndarray   # int64 [pairs]: the n-gram of each (document,
+  documents: np.ndarray  # int64 [pairs]: n-gram) pair, and its document
+  labels: np.ndarray     # int64 [documents]: each document's label id
+
+  @classmethod
+  def fit(cls, batches, max_order: int) -> 'DocumentNgrams':
+    """From batches of (token_ids, label_id), in the order given."""
+    flat = tf.function(lambda token_ids: _flat_fingerprints(token_ids,
+                                                            max_order))
+    keys, documents, labels = [], [], []
+    seen = 0
+    for token_ids, label_ids in batches:
+      batch_keys, rows = flat(token_ids)
+      keys.append(batch_keys.numpy())
+      documents.append(rows.numpy() + seen)
+      labels.append(np.asarray(label_ids))
+      seen += len(labels[-1])
+    keys, key_rows = np.unique(np.concatenate(keys), return_inverse=True)
+    return cls(keys, key_rows.reshape(-1), np.concatenate(documents),
+               np.concatenate(labels))
+
+  def vocabulary(self, num_classes: int, documents: np.ndarray = None,
+                 min_count: int = 2, alpha: float = 1.0) -> 'Vocabulary':
+    """The vocabulary of the documents at rows ``documents`` (all when
+    None); ValueError when no n-gram is in ``min_count`` of them."""
+    pairs = slice(None)
+    if documents is not None:
+      chosen = np.zeros(len(self.labels), bool)
+      chosen[documents] = True
+      pairs = chosen[self.documents]
+    counts = np.bincount(
+        self.key_rows[pairs] * num_classes +
+        self.labels[self.documents[pairs]],
+        minlength=len(self.keys) * num_classes).reshape(len(self.keys),
+                                                        num_classes)
+    return Vocabulary(self.keys, counts,
+                      np.zeros(counts.shape, np.float32)).at_least(
+                          max(min_count, 1), alpha)
+
+
+def _flat_fingerprints(token_ids, max_order):
+  """The (fingerprint, row in the batch) pairs of a batch: one a
+  document's distinct n-gram."""
   values, present = fingerprints(token_ids, max_order)
-  labels = tf.broadcast_to(tf.cast(labels, tf.int64)[:, None],
-                           tf.shape(values))
-  return tf.boolean_mask(values, present), tf.boolean_mask(labels, present)
+  rows = tf.broadcast_to(tf.range(tf.shape(values, out_type=tf.int64)[0])[
+      :, None], tf.shape(values, out_type=tf.int64))
+  return tf.boolean_mask(values, present), tf.boolean_mask(rows, present)
 
 
 def index_bits(size: int) -> int:

@@ -29,6 +29,7 @@ import math
 import posixpath
 import sys
 import time
+from typing import Optional
 import warnings
 
 import keras
@@ -48,6 +49,7 @@ from trainer import lock
 from trainer import model as model_lib
 from trainer import ngrams
 from trainer import runs
+from trainer import selection
 
 # Without --epochs (--ngram_epochs), a branch trains for as many epochs as
 # make about TARGET_STEPS steps (2 on IMDB's 22,700 training reviews at batch
@@ -65,6 +67,9 @@ MIN_COUNTS = (32, 16, 8, 4, 2)
 # The largest learning rate the optimizer's float32 variables hold; a large
 # one below it diverges, which the trainer reports as such.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+MAX_FOLDS = 100
+# The folds' files, under the run's scratch and log folders.
+CROSS_VALIDATION_DIR = 'cross_validation'
 
 
 def build_parser() -> flags.Parser:
@@ -113,6 +118,18 @@ def build_parser() -> flags.Parser:
   parser.add_argument('--seed', type=flags.integer(0, 2**32 - 1),
                       default=42,
                       help='Seed of the weights, the shuffling and dropout.')
+  parser.add_argument('--folds', type=folds, default=None,
+                      help='Grouped k-fold cross-validation over the train '
+                      'split chooses the n-gram minimum count and each '
+                      'branch\'s epochs (0: the validation split chooses); '
+                      f'auto: {selection.FOLDS} where the train split has at '
+                      f'most {selection.AUTO_MAX_EXAMPLES:,} examples, else '
+                      '0. Needs the train split in memory.')
+  parser.add_argument('--refit', action=argparse.BooleanOptionalAction,
+                      default=None,
+                      help='After cross-validation, train the final model on '
+                      'train + validation, calibrated on the folds\' '
+                      'held-out predictions; default: with --folds.')
   parser.add_argument('--cache', choices=data_lib.CACHE_POLICIES,
                       default='auto',
                       help='Keep the train and validation splits parsed in '
@@ -128,6 +145,21 @@ def build_parser() -> flags.Parser:
   add_branch_args(parser)
   add_model_args(parser)
   return parser
+
+
+def folds(text: str):
+  """--folds: auto (None), 0, or a number of folds from 2."""
+  if text == 'auto':
+    return None
+  value = flags.integer(0, MAX_FOLDS)(text)
+  if value == 1:
+    raise argparse.ArgumentTypeError(
+        f'must be auto, 0 or 2 to {MAX_FOLDS}, not 1: one fold holds out '
+        'every example at once')
+  return value
+
+
+folds.values = f'auto, 0, or integer in [2, {MAX_FOLDS}]'
 
 
 def parse_args(argv):
@@ -188,20 +220,23 @@ def optimizer(args, steps: int):
   return keras.optimizers.Adam(**options)
 
 
-def callbacks(args, scratch: str, logs: str):
-  """Early stopping, and the run's checkpoint and history in ``scratch``
-  and TensorBoard logs in ``logs``."""
+def callbacks(args, scratch: str, logs: str, stop_early: bool = True):
+  """Early stopping (unless the epochs are chosen already), and the run's
+  checkpoint and history in ``scratch`` and TensorBoard logs in ``logs``."""
   tf.io.gfile.makedirs(scratch)  # CSVLogger does not make its folder
+  # Keras formats the path with the epoch's figures ({epoch}): a brace of
+  # the folder's name is a literal one.
+  checkpoint = posixpath.join(scratch, runs.CHECKPOINTS_DIR,
+                              'best.weights.h5').replace('{', '{{').replace(
+                                  '}', '}}')
   return [
-      keras.callbacks.EarlyStopping(monitor=args.monitor,
-                                    patience=args.patience,
-                                    restore_best_weights=True, verbose=1),
+      *([keras.callbacks.EarlyStopping(monitor=args.monitor,
+                                       patience=args.patience,
+                                       restore_best_weights=True, verbose=1)]
+        if stop_early else []),
       keras.callbacks.ModelCheckpoint(
-          # Keras formats the path with the epoch's figures ({epoch}): a
-          # brace of the folder's name is a literal one.
-          posixpath.join(scratch, runs.CHECKPOINTS_DIR, 'best.weights.h5')
-          .replace('{', '{{').replace('}', '}}'),
-          monitor=args.monitor, save_best_only=True, save_weights_only=True),
+          checkpoint, monitor=args.monitor, save_best_only=stop_early,
+          save_weights_only=True),
       keras.callbacks.TensorBoard(logs),
       keras.callbacks.CSVLogger(posixpath.join(scratch,
                                                evaluate.HISTORY_FILE)),
@@ -232,9 +267,9 @@ class StopOnNaN(keras.callbacks.Callback):
 
 @dataclasses.dataclass
 class Inputs:
-  """What the model is fitted and validated on."""
+  """What the model is fitted (and, when it is held out, validated) on."""
   train: tf.data.Dataset
-  validation: tf.data.Dataset
+  validation: Optional[tf.data.Dataset]
   train_examples: int
   # Train in its own order, unaltered: for the Naive Bayes counts.
   train_once: tf.data.Dataset
@@ -251,16 +286,29 @@ def inputs(args, data: data_lib.PreprocessedData) -> Inputs:
       drop_remainder=True, bucket_width=args.bucket_width,
       cache=data_lib.cache_in_memory(args.cache, data, raw.TRAIN, budget),
       buffer_size=data_lib.shuffle_buffer(data, raw.TRAIN, budget))
+  train_once = data_lib.dataset(data, raw.TRAIN, 1024, cache=False)
+  return Inputs(train_data, validation_batches(args, data, budget),
+                data.num_examples(raw.TRAIN), train_once)
+
+
+def validation_batches(args, data: data_lib.PreprocessedData,
+                       budget: int) -> tf.data.Dataset:
   # Evaluation needs no small batches; large ones make it several times
   # cheaper per example.
-  validation = data_lib.dataset(
+  return data_lib.dataset(
       data, raw.VALIDATION, max(args.batch_size, 256),
       bucket_width=args.bucket_width,
       cache=data_lib.cache_in_memory(args.cache, data, raw.VALIDATION,
                                      budget))
-  train_once = data_lib.dataset(data, raw.TRAIN, 1024, cache=False)
-  return Inputs(train_data, validation, data.num_examples(raw.TRAIN),
-                train_once)
+
+
+def in_memory_inputs(args, examples: data_lib.Examples,
+                     validation: Optional[tf.data.Dataset]) -> Inputs:
+  """``inputs`` of examples held in memory."""
+  return Inputs(
+      examples.dataset(args.batch_size, shuffle=True, seed=args.seed,
+                       drop_remainder=True, bucket_width=args.bucket_width),
+      validation, len(examples), examples.dataset(1024))
 
 
 def branch_args(args, branch: str):
@@ -274,9 +322,13 @@ def branch_args(args, branch: str):
       'weight_decay': 0.0})
 
 
-def fit_branch(args, model, branch: str, data: Inputs, folders):
+def fit_branch(args, model, branch: str, data: Inputs, folders,
+               held_out: Optional[selection.HeldOutFold] = None):
   """Trains one branch of ``model`` alone, with its scratch and log
-  ``folders``; returns its history."""
+  ``folders``; returns its history. With ``held_out`` (a fold of
+  cross-validation), that callback measures every epoch and stops the
+  fold; without, ``data.validation`` measures it, and stops training early
+  unless the epochs were chosen by cross-validation."""
   args = branch_args(args, branch)
   trained = model_lib.branch_model(model, branch)
   steps = -(-data.train_examples // args.batch_size) * args.epochs
@@ -292,9 +344,14 @@ def fit_branch(args, model, branch: str, data: Inputs, folders):
       # run, so Keras finds the end of the first epoch by running out of
       # data and warns that it did: that end is where every epoch ends.
       warnings.filterwarnings('ignore', message='Your input ran out of data')
-    history = trained.fit(data.train, validation_data=data.validation,
+    stop_early = held_out is None and not args.folds
+    history = trained.fit(data.train,
+                          validation_data=None if held_out else
+                          data.validation,
                           epochs=args.epochs,
-                          callbacks=[nan_guard, *callbacks(args, *folders)],
+                          callbacks=[nan_guard, *([held_out] if held_out
+                                                  else []),
+                                     *callbacks(args, *folders, stop_early)],
                           # The dataset reshuffles itself every epoch.
                           shuffle=False,
                           # A progress bar on a terminal, a line an epoch in
@@ -325,21 +382,26 @@ class NgramBranch:
   scores: dict  # min count tried: best validation --monitor
 
 
+def min_counts(params: model_lib.ModelParams):
+  """The n-gram minimum counts to try: the flag's, else MIN_COUNTS."""
+  return (params.ngram_min_count,) if params.ngram_min_count else MIN_COUNTS
+
+
 def fit_ngram_branch(args, params: model_lib.ModelParams,
                      data: data_lib.PreprocessedData, fitting: Inputs,
                      base: tuple) -> NgramBranch:
-  """Trains the n-gram branch alone with each minimum count to try (the
-  flag's, else MIN_COUNTS), its files in ``base`` folders (a sub-folder a
-  count when there are several); keeps the best on validation."""
-  every = ngrams.Vocabulary.fit(fitting.train_once, params.ngram_order,
-                                len(data.label_names), 1)
-  counts = (params.ngram_min_count,) if params.ngram_min_count else MIN_COUNTS
+  """Trains the n-gram branch alone with each minimum count to try, its
+  files in ``base`` folders (a sub-folder a count when there are several);
+  keeps the best on validation."""
+  every = ngrams.DocumentNgrams.fit(fitting.train_once, params.ngram_order)
+  counts = min_counts(params)
   better = max if args.monitor == 'val_accuracy' else min
   chosen, best = None, None
   scores = {}
   for min_count in counts:
     try:
-      vocabulary = every.at_least(min_count)
+      vocabulary = every.vocabulary(len(data.label_names),
+                                    min_count=min_count)
     except ValueError:
       continue  # a count above every n-gram's of a small corpus
     trial = model_lib.build_model(
@@ -348,9 +410,10 @@ def fit_ngram_branch(args, params: model_lib.ModelParams,
     folders = base if len(counts) == 1 else tuple(
         posixpath.join(folder, f'min_count_{min_count}') for folder in base)
     history = fit_branch(args, trial, model_lib.NGRAM_LOGITS, fitting, folders)
-    scores[min_count] = better(history[args.monitor])
+    scores[min_count] = (better(history[args.monitor])
+                         if args.monitor in history else None)
     logging.info('n-grams in at least %d training documents: %d, validation '
-                 '%s %.4f', min_count, len(vocabulary.keys), args.monitor,
+                 '%s %s', min_count, len(vocabulary.keys), args.monitor,
                  scores[min_count])
     if chosen and better(scores[min_count], best) == best:
       break  # no better than a larger count: lower ones memorise more
@@ -358,19 +421,111 @@ def fit_ngram_branch(args, params: model_lib.ModelParams,
     chosen = NgramBranch(vocabulary, trial.get_layer(
         model_lib.NGRAM_LOGITS).get_weights(), history, min_count, scores)
   if chosen is None:
-    raise cli.JobError(f'no n-gram is in {counts[-1]} training documents: '
-                       'try --model=transformer or --ngram_min_count=1')
+    raise no_ngram(counts)
   return chosen
+
+
+def no_ngram(counts) -> cli.JobError:
+  return cli.JobError(f'no n-gram is in {counts[-1]} training documents: '
+                      'try --model=transformer or --ngram_min_count=1')
+
+
+def cross_validate(args, params: model_lib.ModelParams,
+                   data: data_lib.PreprocessedData,
+                   examples: data_lib.Examples, run: runs.Run
+                   ) -> selection.Choice:
+  """Grouped k-fold cross-validation of every branch over ``examples`` (the
+  train split): the n-gram branch at each minimum count to try (largest
+  first, until one is no better), each branch for its epochs, a fold
+  stopped after --patience epochs without a better held-out figure."""
+  keys = selection.fold_keys(examples, data.params)
+  try:
+    fold_of = selection.assign_folds(keys, args.folds, args.seed)
+  except ValueError as error:
+    raise cli.JobError(f'--folds={args.folds}: {error} in the train split '
+                       f'of {data.data_dir}; use fewer') from error
+  num_classes = len(data.label_names)
+  table = (ngrams.DocumentNgrams.fit(examples.dataset(1024),
+                                     params.ngram_order)
+           if model_lib.NGRAM_LOGITS in params.branches else None)
+  better = max if args.monitor == 'val_accuracy' else min
+  candidates = {}
+  for branch in params.branches:
+    is_ngram = branch == model_lib.NGRAM_LOGITS
+    kind = 'nbsvm' if is_ngram else 'transformer'
+    tried = []
+    for min_count in (min_counts(params) if is_ngram else (None,)):
+      candidate = selection.Candidate(
+          branch, {'ngram_min_count': min_count} if is_ngram else {})
+      for fold in range(args.folds):
+        fitted_rows = np.flatnonzero(fold_of != fold)
+        vocabulary = None
+        if is_ngram:
+          try:
+            vocabulary = table.vocabulary(num_classes, fitted_rows, min_count)
+          except ValueError:
+            break  # a count above every n-gram's in this fold
+        model = model_lib.build_model(
+            data.vocab_size, data.max_len, num_classes,
+            dataclasses.replace(params, model=kind), vocabulary)
+        held_out = selection.HeldOutFold(
+            model, branch, examples.take(fold_of == fold), args.bucket_width,
+            args.monitor, args.patience)
+        name = (f'{branch}-min_count_{min_count}-fold_{fold + 1}' if is_ngram
+                else f'{branch}-fold_{fold + 1}')
+        fit_branch(args, model, branch,
+                   in_memory_inputs(args, examples.take(fitted_rows), None),
+                   tuple(posixpath.join(folder, CROSS_VALIDATION_DIR, name)
+                         for folder in (run.scratch, run.logs)), held_out)
+        candidate.add_fold(np.flatnonzero(fold_of == fold), held_out.logits)
+      if len(candidate.rows) < args.folds:
+        continue
+      selection.log_candidate(candidate, examples.labels, args.monitor)
+      score = candidate.summary(examples.labels, args.monitor)['mean']
+      if tried and better(score, tried[-1][1]) == tried[-1][1]:
+        tried.append((candidate, score))
+        break  # no better than a larger count: lower ones memorise more
+      tried.append((candidate, score))
+    if not tried:
+      raise no_ngram(min_counts(params))
+    candidates[branch] = [candidate for candidate, _ in tried]
+  return selection.choose(candidates, params.branches, examples.labels,
+                          args.monitor, args.folds, len(set(keys)))
 
 
 def train(args, params: model_lib.ModelParams,
           data: data_lib.PreprocessedData, run: runs.Run):
   """Fits the model, its files in ``run``'s folders; returns (model,
-  histories by branch, training seconds, calibration, the n-gram branch's
-  minimum count and the validation figures that chose it)."""
+  histories by branch, training seconds, calibration, what was chosen and
+  on what)."""
   keras.utils.set_random_seed(args.seed)
-  fitting = inputs(args, data)
   started = time.time()
+  seconds = {}  # what each part of the training took
+  choice = None
+  if args.folds:
+    # The train split in memory for the folds, with validation after it
+    # when the final model is refitted on both.
+    examples = data_lib.Examples.load(
+        data, raw.TRAIN, *([raw.VALIDATION] if args.refit else []))
+    train_rows = np.arange(data.num_examples(raw.TRAIN))
+    choice = cross_validate(args, params, data, examples.take(train_rows),
+                            run)
+    seconds[selection.CROSS_VALIDATION] = time.time() - started
+    args = argparse.Namespace(**{
+        **vars(args),
+        'epochs': choice.epochs.get(model_lib.TRANSFORMER_LOGITS,
+                                    args.epochs),
+        'ngram_epochs': choice.epochs.get(model_lib.NGRAM_LOGITS,
+                                          args.ngram_epochs)})
+    if choice.ngram_min_count:
+      params = dataclasses.replace(params,
+                                   ngram_min_count=choice.ngram_min_count)
+    fitting = in_memory_inputs(
+        args, examples, None if args.refit else validation_batches(
+            args, data, int(args.cache_memory_share *
+                            data_lib.available_memory())))
+  else:
+    fitting = inputs(args, data)
   ngram_branch = None
   if model_lib.NGRAM_LOGITS in params.branches:
     # The hybrid's n-gram branch, and each count a search tries, write
@@ -379,7 +534,9 @@ def train(args, params: model_lib.ModelParams,
             params.ngram_min_count else
             tuple(posixpath.join(folder, model_lib.NGRAM_LOGITS)
                   for folder in (run.scratch, run.logs)))
+    fitted_from = time.time()
     ngram_branch = fit_ngram_branch(args, params, data, fitting, base)
+    seconds[model_lib.NGRAM_LOGITS] = time.time() - fitted_from
   model = model_lib.build_model(
       data.vocab_size, data.max_len, len(data.label_names), params,
       ngram_branch and ngram_branch.vocabulary)
@@ -390,13 +547,28 @@ def train(args, params: model_lib.ModelParams,
       model.get_layer(branch).set_weights(ngram_branch.weights)
       histories[branch] = ngram_branch.history
     else:
+      fitted_from = time.time()
       histories[branch] = fit_branch(args, model, branch, fitting,
                                      (run.scratch, run.logs))
-  fitted = calibration.calibrate(model, fitting.validation)
-  chosen = ngram_branch and {
-      'ngram_min_count': ngram_branch.min_count,
+      seconds[branch] = time.time() - fitted_from
+  if choice and args.refit:
+    fitted = calibration.calibrate_logits(
+        model, choice.logits, choice.labels, selection.CROSS_VALIDATION,
+        weights_by_accuracy=True)
+  else:
+    fitted = calibration.calibrate(model, fitting.validation)
+  chosen = {'on': selection.CROSS_VALIDATION if choice else raw.VALIDATION,
+            'refit': bool(choice and args.refit),
+            'seconds': {part: round(value, 1)
+                        for part, value in seconds.items()}}
+  if choice:
+    chosen['cross_validation'] = choice.describe()
+  if ngram_branch:
+    chosen['ngram_min_count'] = ngram_branch.min_count
+    if not choice:
       # In the order tried: JSON objects lose it.
-      'tried': [[count, score] for count, score in ngram_branch.scores.items()]}
+      chosen['tried'] = [[count, score]
+                         for count, score in ngram_branch.scores.items()]
   return model, histories, time.time() - started, fitted, chosen
 
 
@@ -426,6 +598,21 @@ def check_trainable(data: data_lib.PreprocessedData,
         '--batch_size at most that')
 
 
+def resolve_selection(args, data: data_lib.PreprocessedData) -> None:
+  """--folds=auto and --refit's default, from the train split's size; a
+  JobError for --refit without cross-validation."""
+  train_examples = data.num_examples(raw.TRAIN)
+  if args.folds is None:
+    args.folds = selection.auto_folds(train_examples)
+    logging.info('--folds: %d (the train split has %d examples)', args.folds,
+                 train_examples)
+  if args.refit is None:
+    args.refit = bool(args.folds)
+  elif args.refit and not args.folds:
+    raise cli.JobError('--refit calibrates on the held-out predictions of '
+                       'cross-validation: it needs --folds of 2 or more')
+
+
 def run(argv=None):
   args = parse_args(argv)
   started = time.time()
@@ -436,6 +623,7 @@ def run(argv=None):
   args.model_dir = folders.resolved(args.model_dir)
   data = data_lib.PreprocessedData.load(args.data_dir)
   check_trainable(data, args.batch_size)
+  resolve_selection(args, data)
   for flag in ('epochs', 'ngram_epochs'):
     if getattr(args, flag) is None:
       setattr(args, flag, default_epochs(data.num_examples(raw.TRAIN),
@@ -468,8 +656,8 @@ def train_and_publish(args, params: model_lib.ModelParams,
                       started: float):
   """Trains, saves the export staged, evaluates it, and only then publishes
   it and the run's files; returns (metrics, export folder)."""
-  model, histories, seconds, fitted, ngram_choice = train(args, params, data,
-                                                          run_folders)
+  model, histories, seconds, fitted, choices = train(args, params, data,
+                                                     run_folders)
   epochs_run = {branch: len(history['loss'])
                 for branch, history in histories.items()}
   export.save(model, data.tft_output, data.label_names, run_folders.export, {
@@ -479,7 +667,7 @@ def train_and_publish(args, params: model_lib.ModelParams,
           'epochs_run_by_branch': epochs_run,
           'training_seconds': round(seconds, 1),
           'run_id': run_folders.run_id,
-          'ngram_choice': ngram_choice,
+          'choices': choices,
       },
       'preprocessing': data.params,
       'data_stats': data.stats,

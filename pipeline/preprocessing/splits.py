@@ -105,24 +105,12 @@ class Grouping:
     value = record.get(raw.GROUP) if self.field else record.get(raw.ID)
     if not value or not self.pattern:
       return value or None
-    return group_from(value, _compiled(self.pattern))
+    return raw.group_from(value, _compiled(self.pattern))
 
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pattern: str) -> 're.Pattern':
   return re.compile(pattern)
-
-
-def group_from(value: str, pattern: 're.Pattern') -> Optional[str]:
-  """The group ``pattern`` finds in ``value``: the non-empty capture groups
-  joined, or the whole match when the pattern captures nothing; None when it
-  does not match or finds only ''."""
-  match = pattern.search(value)
-  if not match:
-    return None
-  captured = match.groups()
-  return (''.join(part for part in captured if part) if captured
-          else match.group(0)) or None
 
 
 @dataclasses.dataclass(frozen=True)

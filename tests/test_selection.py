@@ -1,0 +1,213 @@
+"""Grouped k-fold cross-validation: the folds, what they choose, and the
+trainer's runs that choose by them."""
+import collections
+import json
+
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+import numpy as np
+import pytest
+
+from schemas import raw
+from serving import exports
+from tests.conftest import run_module
+from trainer import calibration
+from trainer import data as data_lib
+from trainer import evaluate
+from trainer import model as model_lib
+from trainer import ngrams
+from trainer import selection
+from trainer import train
+
+# A small hybrid, quick to train five times over.
+SMALL = ['--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--epochs=2',
+         '--ngram_epochs=2', '--seed=3']
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 30), min_size=4, max_size=120),
+       st.integers(2, 4), st.integers(0, 2**32 - 1))
+def test_a_group_never_spans_two_folds_and_folds_hold_as_many_groups(
+    groups, folds, seed):
+  keys = [f'g{group}'.encode() for group in groups]
+  if len(set(keys)) < folds:
+    with pytest.raises(ValueError, match='cannot make'):
+      selection.assign_folds(keys, folds, seed)
+    return
+  fold_of = selection.assign_folds(keys, folds, seed)
+  folds_of_key = collections.defaultdict(set)
+  for key, fold in zip(keys, fold_of):
+    folds_of_key[key].add(int(fold))
+  assert all(len(found) == 1 for found in folds_of_key.values())
+  groups_a_fold = collections.Counter(
+      next(iter(found)) for found in folds_of_key.values())
+  assert set(groups_a_fold) == set(range(folds))
+  assert max(groups_a_fold.values()) - min(groups_a_fold.values()) <= 1
+  assert np.array_equal(fold_of, selection.assign_folds(keys, folds, seed))
+
+
+def test_the_seed_deals_the_groups_anew():
+  keys = [str(i).encode() for i in range(100)]
+  assert not np.array_equal(selection.assign_folds(keys, 5, 1),
+                            selection.assign_folds(keys, 5, 2))
+
+
+def _examples(ids, token_rows):
+  token_ids = np.zeros((len(ids), 6), np.int64)
+  for row, tokens in enumerate(token_rows):
+    token_ids[row, :len(tokens)] = tokens
+  return data_lib.Examples(token_ids, np.zeros(len(ids), np.int64),
+                           np.array([i.encode() for i in ids], object))
+
+
+def test_folds_follow_the_group_pattern_else_the_text():
+  examples = _examples(
+      ['/train/pos/1203_7.txt', '/train/pos/1299_8.txt', 'x', 'y', 'z'],
+      [[5, 6], [7], [5, 6], [5, 6], [9]])
+  params = {'group_pattern': r'/((?:pos|neg)/)(?:(\d+)\d\d|\d{1,2})_\d+\.txt',
+            'read_config': {'group_field': None}}
+  keys = selection.fold_keys(examples, params)
+  assert keys[0] == keys[1] == b'group:pos/12'
+  # Without a group, a text's copies go together, as the split's text hash
+  # sends them; padding is not part of the text.
+  assert keys[2] == keys[3] != keys[4]
+  # An output split by --group_field does not hold the field: by text.
+  by_field = selection.fold_keys(examples, {**params, 'read_config': {
+      'group_field': 'movie'}})
+  assert by_field[0] != by_field[1]
+  assert by_field[0].startswith(b'text:')
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_a_folds_vocabulary_is_that_of_its_documents_alone(seed):
+  rng = np.random.default_rng(seed)
+  token_ids = rng.integers(2, 12, size=(40, 8))
+  token_ids[:, 6:] = 0
+  labels = rng.integers(0, 3, size=40)
+  table = ngrams.DocumentNgrams.fit(
+      [(token_ids[:25], labels[:25]), (token_ids[25:], labels[25:])], 2)
+  chosen = np.flatnonzero(rng.random(40) < 0.6)
+  for min_count in (1, 3):
+    direct = ngrams.Vocabulary.fit([(token_ids[chosen], labels[chosen])], 2,
+                                   3, min_count)
+    counted = table.vocabulary(3, chosen, min_count)
+    assert np.array_equal(direct.keys, counted.keys)
+    assert np.array_equal(direct.counts, counted.counts)
+    assert np.allclose(direct.ratios, counted.ratios)
+
+
+def test_the_choice_is_the_best_mean_over_the_folds_and_its_epoch():
+  labels = np.array([0, 1, 0, 1])
+  right, wrong = np.array([[2., 0.], [0., 2.]]), np.array([[0., 2.], [2., 0.]])
+  # Two folds of two examples; candidate a is right after epoch 2 in both,
+  # b right after epoch 1 in one fold only.
+  a = selection.Candidate('ngram_logits', {'ngram_min_count': 8})
+  a.add_fold(np.array([0, 1]), [wrong, right, wrong])
+  a.add_fold(np.array([2, 3]), [wrong, right, right])
+  b = selection.Candidate('ngram_logits', {'ngram_min_count': 4})
+  b.add_fold(np.array([0, 1]), [right, wrong, wrong])
+  b.add_fold(np.array([2, 3]), [wrong, wrong, wrong])
+  t = selection.Candidate('transformer_logits', {})
+  t.add_fold(np.array([0, 1]), [right])
+  t.add_fold(np.array([2, 3]), [wrong])
+  choice = selection.choose(
+      {'ngram_logits': [a, b], 'transformer_logits': [t]},
+      ['transformer_logits', 'ngram_logits'], labels, 'val_accuracy', 2, 4)
+  assert choice.ngram_min_count == 8
+  assert choice.epochs == {'ngram_logits': 2, 'transformer_logits': 1}
+  summary = choice.tried['ngram_logits'][0]
+  assert (summary['mean'], summary['std']) == (1.0, 0.0)
+  assert summary['by_epoch'] == [0.0, 1.0, 0.5]
+  assert choice.tried['ngram_logits'][1]['mean'] == 0.5
+  # Every example's held-out logits at the chosen epochs, branches in order.
+  assert np.array_equal(choice.logits[:, 1], np.concatenate([right, right]))
+  assert np.array_equal(choice.logits[:, 0], np.concatenate([right, wrong]))
+
+
+@pytest.fixture(scope='module')
+def cross_validated(synthetic_preprocessed, tmp_path_factory):
+  folder = tmp_path_factory.mktemp('cv')
+  metrics, export_dir = train.run([
+      f'--data_dir={synthetic_preprocessed}', f'--model_dir={folder}',
+      '--folds=3', *SMALL])
+  return folder, metrics, exports.read_metadata(export_dir)
+
+
+def test_cross_validation_chooses_and_the_final_model_is_refitted(
+    cross_validated, synthetic_preprocessed):
+  folder, metrics, metadata = cross_validated
+  data = data_lib.PreprocessedData.load(str(synthetic_preprocessed))
+  choices = metadata['training']['choices']
+  assert choices['on'] == selection.CROSS_VALIDATION and choices['refit']
+  folds = choices['cross_validation']
+  assert folds['folds'] == 3
+  assert folds['examples'] == data.num_examples(raw.TRAIN)
+  assert set(folds['epochs']) == {model_lib.NGRAM_LOGITS,
+                                  model_lib.TRANSFORMER_LOGITS}
+  assert folds['ngram_min_count'] == choices['ngram_min_count']
+  tried = folds['tried'][model_lib.NGRAM_LOGITS]
+  assert [c['ngram_min_count'] for c in tried] == list(
+      train.MIN_COUNTS[:len(tried)])
+  # The final fit runs the chosen epochs, and trains on validation too.
+  assert metadata['training']['epochs_run_by_branch'] == folds['epochs']
+  fitted = metadata['calibration']['fitted_on']
+  assert fitted['what'] == selection.CROSS_VALIDATION
+  assert fitted['examples'] == data.num_examples(raw.TRAIN)
+  assert set(fitted['branch_accuracy']) == set(folds['epochs'])
+  assert metrics['selected_on'] == selection.CROSS_VALIDATION
+  assert metrics['refit'] is True
+  assert metrics['test']['accuracy'] > 0.9
+  report = (folder / evaluate.REPORT_FILE).read_text()
+  assert 'Grouped 3-fold cross-validation over the train split' in report
+  assert 'trained on train + validation' in report
+  assert "held-out predictions of the cross-validation folds" in report
+  assert report.count('| yes |') == 2
+  on_disk = json.loads((folder / evaluate.METRICS_FILE).read_text())
+  assert on_disk['selected_on'] == selection.CROSS_VALIDATION
+
+
+def test_without_refit_validation_calibrates_and_is_held_out(
+    synthetic_preprocessed, tmp_path):
+  metrics, export_dir = train.run([
+      f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
+      '--folds=2', '--no-refit', '--model=nbsvm', *SMALL])
+  metadata = exports.read_metadata(export_dir)
+  assert metadata['calibration']['fitted_on']['what'] == raw.VALIDATION
+  assert metrics['refit'] is False
+  report = (tmp_path / evaluate.REPORT_FILE).read_text()
+  assert 'The validation split chose the temperature' in report
+  assert 'Temperature fitted on the validation split' in report
+
+
+def test_held_out_logits_keep_the_examples_order():
+  keras_model = model_lib.build_model(
+      20, 12, 2, model_lib.ModelParams(model='transformer', embed_dim=4,
+                                       ff_dim=4))
+  rng = np.random.default_rng(0)
+  token_ids = np.zeros((7, 12), np.int64)
+  for row, length in enumerate(rng.integers(1, 12, size=7)):
+    token_ids[row, :length] = rng.integers(2, 20, size=length)
+  examples = data_lib.Examples(token_ids, np.zeros(7, np.int64),
+                               np.array([b''] * 7, object))
+  cut = selection.held_out_logits(keras_model, model_lib.TRANSFORMER_LOGITS,
+                                  examples, 4)
+  uncut = selection.held_out_logits(keras_model,
+                                    model_lib.TRANSFORMER_LOGITS, examples, 0)
+  np.testing.assert_allclose(cut, uncut, rtol=1e-5, atol=1e-5)
+  assert calibration.softmax(cut).shape == (7, 2)
+
+
+@pytest.mark.parametrize('flags, message', [
+    (['--folds=1'], 'one fold holds out every example'),
+    (['--folds=0', '--refit'], 'it needs --folds of 2 or more'),
+])
+def test_impossible_cross_validation_is_one_error_line(
+    synthetic_preprocessed, tmp_path, flags, message):
+  result = run_module('trainer.train', f'--data_dir={synthetic_preprocessed}',
+                      f'--model_dir={tmp_path / "m"}', *flags)
+  assert result.returncode == 2
+  assert message in result.stderr
+  assert result.stderr.count('error:') == 1
+  assert not (tmp_path / 'm' / 'export').exists()
