@@ -211,3 +211,13 @@ def test_impossible_cross_validation_is_one_error_line(
   assert message in result.stderr
   assert result.stderr.count('error:') == 1
   assert not (tmp_path / 'm' / 'export').exists()
+
+
+@pytest.mark.parametrize('examples, median_length, folds', [
+    (3508, 16, selection.FOLDS),    # SMS
+    (1809, 207, selection.FOLDS),   # 2,000 IMDB reviews
+    (22700, 207, 0),                # IMDB
+])
+def test_auto_folds_cross_validate_up_to_a_budget_of_tokens(
+    examples, median_length, folds):
+  assert selection.auto_folds(examples, median_length) == folds

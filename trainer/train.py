@@ -122,9 +122,10 @@ def build_parser() -> flags.Parser:
                       help='Grouped k-fold cross-validation over the train '
                       'split chooses the n-gram minimum count and each '
                       'branch\'s epochs (0: the validation split chooses); '
-                      f'auto: {selection.FOLDS} where the train split has at '
-                      f'most {selection.AUTO_MAX_EXAMPLES:,} examples, else '
-                      '0. Needs the train split in memory.')
+                      f'auto: {selection.FOLDS} where the train split holds '
+                      f'at most {selection.AUTO_MAX_TOKENS:,} tokens '
+                      '(examples times their median length), else 0. '
+                      'Needs the train split in memory.')
   parser.add_argument('--refit', action=argparse.BooleanOptionalAction,
                       default=None,
                       help='After cross-validation, train the final model on '
@@ -603,9 +604,11 @@ def resolve_selection(args, data: data_lib.PreprocessedData) -> None:
   JobError for --refit without cross-validation."""
   train_examples = data.num_examples(raw.TRAIN)
   if args.folds is None:
-    args.folds = selection.auto_folds(train_examples)
-    logging.info('--folds: %d (the train split has %d examples)', args.folds,
-                 train_examples)
+    median = min(data.stats.get('token_length', {}).get('p50') or
+                 data.max_len, data.max_len)
+    args.folds = selection.auto_folds(train_examples, median)
+    logging.info('--folds: %d (the train split has %d examples of %d tokens '
+                 'at the median)', args.folds, train_examples, median)
   if args.refit is None:
     args.refit = bool(args.folds)
   elif args.refit and not args.folds:
