@@ -28,9 +28,16 @@ def run_process(command, env=None):
   started = time.perf_counter()
   process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
+  # Read while it runs: a child whose log outgrows the pipe's buffer would
+  # otherwise block on its next write, and wait4 with it.
+  chunks = []
+  reader = threading.Thread(target=lambda: chunks.extend(
+      iter(lambda: process.stderr.read(65536), b'')))
+  reader.start()
   _, status, usage = os.wait4(process.pid, 0)
   wall = time.perf_counter() - started
-  stderr = process.stderr.read().decode('utf-8', 'replace')
+  reader.join()
+  stderr = b''.join(chunks).decode('utf-8', 'replace')
   process.stderr.close()
   if os.waitstatus_to_exitcode(status) != 0:
     sys.exit(f'{" ".join(command)} failed:\n{stderr[-3000:]}')
