@@ -213,11 +213,12 @@ def test_impossible_cross_validation_is_one_error_line(
   assert not (tmp_path / 'm' / 'export').exists()
 
 
-@pytest.mark.parametrize('examples, median_length, folds', [
-    (3508, 16, selection.FOLDS),    # SMS
-    (1809, 207, selection.FOLDS),   # 2,000 IMDB reviews
-    (22700, 207, 0),                # IMDB
+@pytest.mark.parametrize('examples, median_length, epochs, folds', [
+    (3508, 16, 13, selection.FOLDS),    # SMS
+    (22700, 20, 2, selection.FOLDS),    # IMDB's first sentences
+    (1809, 207, 20, 0),                 # 2,000 IMDB reviews
+    (22700, 207, 2, 0),                 # IMDB
 ])
-def test_auto_folds_cross_validate_up_to_a_budget_of_tokens(
-    examples, median_length, folds):
-  assert selection.auto_folds(examples, median_length) == folds
+def test_auto_folds_cross_validate_where_a_training_is_cheap(
+    examples, median_length, epochs, folds):
+  assert selection.auto_folds(examples, median_length, epochs) == folds

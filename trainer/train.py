@@ -122,9 +122,9 @@ def build_parser() -> flags.Parser:
                       help='Grouped k-fold cross-validation over the train '
                       'split chooses the n-gram minimum count and each '
                       'branch\'s epochs (0: the validation split chooses); '
-                      f'auto: {selection.FOLDS} where the train split holds '
-                      f'at most {selection.AUTO_MAX_TOKENS:,} tokens '
-                      '(examples times their median length), else 0. '
+                      f'auto: {selection.FOLDS} where one training reads at '
+                      f'most {selection.AUTO_MAX_TOKENS:,} tokens (epochs '
+                      'times examples times their median length), else 0. '
                       'Needs the train split in memory.')
   parser.add_argument('--refit', action=argparse.BooleanOptionalAction,
                       default=None,
@@ -606,9 +606,11 @@ def resolve_selection(args, data: data_lib.PreprocessedData) -> None:
   if args.folds is None:
     median = min(data.stats.get('token_length', {}).get('p50') or
                  data.max_len, data.max_len)
-    args.folds = selection.auto_folds(train_examples, median)
+    epochs = max(args.epochs, args.ngram_epochs)
+    args.folds = selection.auto_folds(train_examples, median, epochs)
     logging.info('--folds: %d (the train split has %d examples of %d tokens '
-                 'at the median)', args.folds, train_examples, median)
+                 'at the median, trained for at most %d epochs)', args.folds,
+                 train_examples, median, epochs)
   if args.refit is None:
     args.refit = bool(args.folds)
   elif args.refit and not args.folds:
@@ -626,13 +628,13 @@ def run(argv=None):
   args.model_dir = folders.resolved(args.model_dir)
   data = data_lib.PreprocessedData.load(args.data_dir)
   check_trainable(data, args.batch_size)
-  resolve_selection(args, data)
   for flag in ('epochs', 'ngram_epochs'):
     if getattr(args, flag) is None:
       setattr(args, flag, default_epochs(data.num_examples(raw.TRAIN),
                                          args.batch_size))
       logging.info('--%s: at most %d, for about %d steps', flag,
                    getattr(args, flag), TARGET_STEPS)
+  resolve_selection(args, data)
   try:
     params = model_params(args)
   except ValueError as error:
