@@ -44,3 +44,13 @@ def test_fitted_on_train_and_validation_it_reports_test_alone(splits):
   assert run['train_reviews'] == 1700
   assert all(set(epoch) == {'test'} for epoch in run['accuracy_by_epoch'])
   assert run['accuracy_by_epoch'][-1]['test'] == 1.0
+
+
+def test_cross_validated_reads_each_held_out_fold_after_every_epoch(
+    synthetic_preprocessed):
+  run = nbsvm_reference.cross_validated(
+      {'min_df': 2}, str(synthetic_preprocessed), 3, 0, 'token_ids')
+  assert run['folds'] == 3
+  assert len(run['held_out_by_epoch']) == nbsvm_reference.EPOCHS
+  # The synthetic reviews' cue words give the label away.
+  assert run['held_out_by_epoch'][-1] > 0.9
