@@ -158,7 +158,7 @@ def test_the_report_says_which_split_chose_what():
                     raw.TEST: {'data': 2500}},
       'groups': {raw.TRAIN: 220, raw.VALIDATION: 29, raw.TEST: 0},
       'ungrouped': 10}}
-  lines = evaluate.choice_lines(raw.VALIDATION, stats)
+  lines = evaluate.choice_lines({'on': raw.VALIDATION}, stats)
   assert lines[0] == (
       'The validation split chose the epoch (early stopping), the temperature '
       'and any branch weights. Its records: 290 by a hash of their group '
@@ -167,8 +167,8 @@ def test_the_report_says_which_split_chose_what():
                        'here. Its records: 2,500 named by the data.')
   stats[transformed.SPLITS_STATS]['chosen_by'][raw.TEST] = {'text': 5}
   stats[transformed.SPLITS_STATS]['grouped_by'] = None
-  assert lines[-1] != evaluate.choice_lines(raw.VALIDATION, stats)[-1]
-  assert evaluate.choice_lines(raw.VALIDATION, stats)[-1].endswith(
+  assert lines[-1] != evaluate.choice_lines({'on': raw.VALIDATION}, stats)[-1]
+  assert evaluate.choice_lines({'on': raw.VALIDATION}, stats)[-1].endswith(
       '5 by a hash of their text.')
 
 

@@ -43,6 +43,9 @@ CROSS_VALIDATION = 'cross-validation'
 # configs/imdb_best asks for it).
 FOLDS = 5
 AUTO_MAX_TOKENS = 2_000_000
+# Held-out documents scored at once, sorted by length so that a batch is
+# cut to its longest (as the length buckets do).
+_SCORING_BATCH = 256
 
 
 def auto_folds(train_examples: int, median_length: int, epochs: int) -> int:
