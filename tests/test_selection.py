@@ -215,7 +215,7 @@ def test_impossible_cross_validation_is_one_error_line(
 
 @pytest.mark.parametrize('examples, median_length, epochs, folds', [
     (3508, 16, 13, selection.FOLDS),    # SMS
-    (22700, 20, 2, selection.FOLDS),    # IMDB's first sentences
+    (22700, 20, 2, 0),                  # IMDB's first sentences
     (1809, 207, 20, 0),                 # 2,000 IMDB reviews
     (22700, 207, 2, 0),                 # IMDB
 ])

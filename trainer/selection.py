@@ -33,15 +33,18 @@ from trainer import model as model_lib
 
 # What the report names the choices' evidence.
 CROSS_VALIDATION = 'cross-validation'
-# --folds=auto: this many folds where one training reads at most
-# AUTO_MAX_TOKENS tokens (its most epochs times the train split's examples
-# times their median length, as stats.json has it: about 20 s on 2 cores).
-# Cross-validation trains k times a candidate, and a small corpus trains for
-# many epochs: above that, it costs more than the noise of the validation
-# split it replaces is worth by default (SMS: 0.7 million tokens, IMDB's
-# first sentences 0.9, 2,000 IMDB reviews 7.5, IMDB 9.4, SpamAssassin more;
-# configs/imdb_best asks for it).
+# --folds=auto: this many folds where the train split has at most
+# AUTO_MAX_EXAMPLES examples and one training reads at most AUTO_MAX_TOKENS
+# tokens (its most epochs times the examples times their median length, as
+# stats.json has it). Cross-validation trains k times a candidate and
+# scores every held-out fold after every epoch, and a small corpus trains
+# for many epochs: beyond either bound it costs more than the noise of the
+# validation split it replaces is worth by default (SMS: 3,508 examples, 0.7
+# million tokens; IMDB's first sentences: 22,700 examples, six times the
+# training time and no better; 2,000 IMDB reviews: 7.5 million tokens;
+# IMDB, SpamAssassin; configs/imdb_best asks for it).
 FOLDS = 5
+AUTO_MAX_EXAMPLES = 10_000
 AUTO_MAX_TOKENS = 2_000_000
 # Held-out documents scored at once, sorted by length so that a batch is
 # cut to its longest (as the length buckets do).
@@ -51,8 +54,9 @@ _SCORING_BATCH = 256
 def auto_folds(train_examples: int, median_length: int, epochs: int) -> int:
   """--folds=auto for a train split of this many examples whose median
   length is ``median_length`` tokens, trained for at most ``epochs``."""
-  return (FOLDS if epochs * train_examples * median_length <= AUTO_MAX_TOKENS
-          else 0)
+  cheap = (train_examples <= AUTO_MAX_EXAMPLES and
+           epochs * train_examples * median_length <= AUTO_MAX_TOKENS)
+  return FOLDS if cheap else 0
 
 
 def fold_keys(examples: data_lib.Examples, params: Dict) -> List[bytes]:

@@ -122,10 +122,11 @@ def build_parser() -> flags.Parser:
                       help='Grouped k-fold cross-validation over the train '
                       'split chooses the n-gram minimum count and each '
                       'branch\'s epochs (0: the validation split chooses); '
-                      f'auto: {selection.FOLDS} where one training reads at '
-                      f'most {selection.AUTO_MAX_TOKENS:,} tokens (epochs '
-                      'times examples times their median length), else 0. '
-                      'Needs the train split in memory.')
+                      f'auto: {selection.FOLDS} where the train split has at '
+                      f'most {selection.AUTO_MAX_EXAMPLES:,} examples and one '
+                      f'training reads at most {selection.AUTO_MAX_TOKENS:,} '
+                      'tokens (epochs times examples times their median '
+                      'length), else 0. Needs the train split in memory.')
   parser.add_argument('--refit', action=argparse.BooleanOptionalAction,
                       default=None,
                       help='After cross-validation, train the final model on '
