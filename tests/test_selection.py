@@ -32,7 +32,7 @@ def test_a_group_never_spans_two_folds_and_folds_hold_as_many_groups(
     groups, folds, seed):
   keys = [f'g{group}'.encode() for group in groups]
   if len(set(keys)) < folds:
-    with pytest.raises(ValueError, match='cannot make'):
+    with pytest.raises(ValueError, match='need as many groups'):
       selection.assign_folds(keys, folds, seed)
     return
   fold_of = selection.assign_folds(keys, folds, seed)
@@ -118,6 +118,7 @@ def test_the_choice_is_the_best_mean_over_the_folds_and_its_epoch():
   assert choice.ngram_min_count == 8
   assert choice.epochs == {'ngram_logits': 2, 'transformer_logits': 1}
   summary = choice.tried['ngram_logits'][0]
+  assert summary['setting'] == {'ngram_min_count': 8}
   assert (summary['mean'], summary['std']) == (1.0, 0.0)
   assert summary['by_epoch'] == [0.0, 1.0, 0.5]
   assert choice.tried['ngram_logits'][1]['mean'] == 0.5
@@ -148,7 +149,7 @@ def test_cross_validation_chooses_and_the_final_model_is_refitted(
                                   model_lib.TRANSFORMER_LOGITS}
   assert folds['ngram_min_count'] == choices['ngram_min_count']
   tried = folds['tried'][model_lib.NGRAM_LOGITS]
-  assert [c['ngram_min_count'] for c in tried] == list(
+  assert [c['setting']['ngram_min_count'] for c in tried] == list(
       train.MIN_COUNTS[:len(tried)])
   # The final fit runs the chosen epochs, and trains on validation too.
   assert metadata['training']['epochs_run_by_branch'] == folds['epochs']

@@ -243,19 +243,15 @@ def cross_validation_lines(choices: Dict) -> List[str]:
            '| --- | --- | ---: | ---: | ---: | --- |']
   for branch, tried in folds['tried'].items():
     for candidate in tried:
-      setting = ', '.join(f'{key} {value}' for key, value in candidate.items()
-                          if key not in _SUMMARY_KEYS) or '–'
+      setting = ', '.join(f'{key} {value}' for key, value
+                          in candidate['setting'].items()) or '–'
       chosen = (candidate['epochs'] == folds['epochs'][branch] and
-                candidate.get('ngram_min_count') in (
+                candidate['setting'].get('ngram_min_count') in (
                     None, folds.get('ngram_min_count')))
       lines.append(f'| {branch} | {setting} | {candidate["epochs"]} | '
                    f'{candidate["mean"]:.4f} | {candidate["std"]:.4f} | '
                    f'{"yes" if chosen else ""} |')
   return lines
-
-
-# The figures of a cross-validated candidate, beside its setting.
-_SUMMARY_KEYS = ('epochs', 'mean', 'std', 'by_epoch')
 
 
 def ngram_choice_lines(choices: Dict) -> List[str]:

@@ -84,7 +84,9 @@ def assign_folds(keys: List[bytes], folds: int, seed: int) -> np.ndarray:
   distinct = sorted(set(keys), key=lambda key: hashlib.sha256(
       seed.to_bytes(8, 'big') + key).digest())
   if len(distinct) < folds:
-    raise ValueError(f'{len(distinct)} groups cannot make {folds} folds')
+    raise ValueError(f'{folds} folds need as many groups; there '
+                     f'{"is" if len(distinct) == 1 else "are"} only '
+                     f'{len(distinct)}')
   fold_of = {key: rank % folds for rank, key in enumerate(distinct)}
   return np.array([fold_of[key] for key in keys], np.int64)
 
@@ -182,7 +184,7 @@ class Candidate:
     """Mean and spread over the folds, at the best epoch and by epoch."""
     scores = self.scores(labels, monitor)
     epoch = self.best_epoch(labels, monitor)
-    return {**self.setting, 'epochs': epoch,
+    return {'setting': self.setting, 'epochs': epoch,
             'mean': round(float(scores[:, epoch - 1].mean()), 4),
             'std': round(float(scores[:, epoch - 1].std(ddof=1))
                          if len(scores) > 1 else 0.0, 4),

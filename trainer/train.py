@@ -391,11 +391,14 @@ def min_counts(params: model_lib.ModelParams):
 
 def fit_ngram_branch(args, params: model_lib.ModelParams,
                      data: data_lib.PreprocessedData, fitting: Inputs,
-                     base: tuple) -> NgramBranch:
+                     base: tuple, every: Optional[ngrams.DocumentNgrams]
+                     ) -> NgramBranch:
   """Trains the n-gram branch alone with each minimum count to try, its
   files in ``base`` folders (a sub-folder a count when there are several);
-  keeps the best on validation."""
-  every = ngrams.DocumentNgrams.fit(fitting.train_once, params.ngram_order)
+  keeps the best on validation. ``every``: the n-grams of ``fitting``'s
+  training documents when already found."""
+  every = every or ngrams.DocumentNgrams.fit(fitting.train_once,
+                                             params.ngram_order)
   counts = min_counts(params)
   better = max if args.monitor == 'val_accuracy' else min
   chosen, best = None, None
@@ -434,12 +437,14 @@ def no_ngram(counts) -> cli.JobError:
 
 def cross_validate(args, params: model_lib.ModelParams,
                    data: data_lib.PreprocessedData,
-                   examples: data_lib.Examples, run: runs.Run
+                   examples: data_lib.Examples,
+                   table: Optional[ngrams.DocumentNgrams], run: runs.Run
                    ) -> selection.Choice:
   """Grouped k-fold cross-validation of every branch over ``examples`` (the
   train split): the n-gram branch at each minimum count to try (largest
   first, until one is no better), each branch for its epochs, a fold
-  stopped after --patience epochs without a better held-out figure."""
+  stopped after --patience epochs without a better held-out figure.
+  ``table`` holds the n-grams of ``examples`` in its first rows."""
   keys = selection.fold_keys(examples, data.params)
   try:
     fold_of = selection.assign_folds(keys, args.folds, args.seed)
@@ -447,9 +452,6 @@ def cross_validate(args, params: model_lib.ModelParams,
     raise cli.JobError(f'--folds={args.folds}: {error} in the train split '
                        f'of {data.data_dir}; use fewer') from error
   num_classes = len(data.label_names)
-  table = (ngrams.DocumentNgrams.fit(examples.dataset(1024),
-                                     params.ngram_order)
-           if model_lib.NGRAM_LOGITS in params.branches else None)
   better = max if args.monitor == 'val_accuracy' else min
   candidates = {}
   for branch in params.branches:
@@ -503,15 +505,20 @@ def train(args, params: model_lib.ModelParams,
   keras.utils.set_random_seed(args.seed)
   started = time.time()
   seconds = {}  # what each part of the training took
-  choice = None
+  choice, table = None, None
   if args.folds:
     # The train split in memory for the folds, with validation after it
     # when the final model is refitted on both.
     examples = data_lib.Examples.load(
         data, raw.TRAIN, *([raw.VALIDATION] if args.refit else []))
     train_rows = np.arange(data.num_examples(raw.TRAIN))
+    # The n-grams of every document, found once: the folds' vocabularies
+    # count its train rows, the final one all of them.
+    table = (ngrams.DocumentNgrams.fit(examples.dataset(1024),
+                                       params.ngram_order)
+             if model_lib.NGRAM_LOGITS in params.branches else None)
     choice = cross_validate(args, params, data, examples.take(train_rows),
-                            run)
+                            table, run)
     seconds[selection.CROSS_VALIDATION] = time.time() - started
     args = argparse.Namespace(**{
         **vars(args),
@@ -537,7 +544,7 @@ def train(args, params: model_lib.ModelParams,
             tuple(posixpath.join(folder, model_lib.NGRAM_LOGITS)
                   for folder in (run.scratch, run.logs)))
     fitted_from = time.time()
-    ngram_branch = fit_ngram_branch(args, params, data, fitting, base)
+    ngram_branch = fit_ngram_branch(args, params, data, fitting, base, table)
     seconds[model_lib.NGRAM_LOGITS] = time.time() - fitted_from
   model = model_lib.build_model(
       data.vocab_size, data.max_len, len(data.label_names), params,
