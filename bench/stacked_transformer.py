@@ -42,35 +42,8 @@ _MIX_STEPS = np.linspace(0, 1, 21)
 
 
 def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
-  return round(float(np.mean(logits.argmax(axis=1) == labels)), 4)
-
-
-def ngram_held_out(args, params, data, examples, fold_of, folds: int,
-                   scratch: str) -> np.ndarray:
-  """Every example's n-gram logits from the fold model that did not see
-  it, at the configuration's last n-gram epoch."""
-  from trainer import model as model_lib  # pylint: disable=import-outside-toplevel
-  from trainer import ngrams  # pylint: disable=import-outside-toplevel
   from trainer import selection  # pylint: disable=import-outside-toplevel
-  from trainer import train  # pylint: disable=import-outside-toplevel
-  classes = len(data.label_names)
-  table = ngrams.DocumentNgrams.fit(examples.dataset(1024),
-                                    params.ngram_order)
-  logits = np.zeros((len(examples), classes), np.float32)
-  for fold in range(folds):
-    fitted = np.flatnonzero(fold_of != fold)
-    model = model_lib.build_model(
-        data.vocab_size, data.max_len, classes,
-        dataclasses.replace(params, model='nbsvm'),
-        table.vocabulary(classes, fitted, params.ngram_min_count))
-    held_out = selection.HeldOutFold(
-        model, model_lib.NGRAM_LOGITS, examples.take(fold_of == fold),
-        args.bucket_width, args.monitor, patience=args.ngram_epochs)
-    train.fit_branch(args, model, model_lib.NGRAM_LOGITS,
-                     train.in_memory_inputs(args, examples.take(fitted), None),
-                     (os.path.join(scratch, f'ngram_{fold}'),) * 2, held_out)
-    logits[fold_of == fold] = held_out.logits[-1]
-  return logits
+  return round(selection.accuracy(logits, labels), 4)
 
 
 def transformer_held_out(args, params, data, examples, fold_of, folds: int,
@@ -123,14 +96,16 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
   import keras  # pylint: disable=import-outside-toplevel
   from schemas import raw  # pylint: disable=import-outside-toplevel
   from trainer import data as data_lib  # pylint: disable=import-outside-toplevel
-  from trainer import model as model_lib  # pylint: disable=import-outside-toplevel
+  from trainer import ngrams  # pylint: disable=import-outside-toplevel
+  from trainer import runs  # pylint: disable=import-outside-toplevel
   from trainer import selection  # pylint: disable=import-outside-toplevel
   from trainer import train  # pylint: disable=import-outside-toplevel
   scratch = tempfile.mkdtemp(prefix='bench-stacked-')
   args = train.parse_args([
       f'--data_dir={data_dir}', f'--model_dir={scratch}',
       f'@{os.path.join(_REPO, "configs", config, "train.args")}',
-      f'--seed={seed}', f'--ngram_min_count={min_count}', *flags])
+      f'--seed={seed}', f'--ngram_min_count={min_count}',
+      f'--folds={folds}', *flags])
   params = train.model_params(args)
   keras.utils.set_random_seed(seed)
   data = data_lib.PreprocessedData.load(data_dir)
@@ -139,9 +114,12 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
   fold_of = selection.assign_folds(selection.fold_keys(examples, data.params),
                                    folds, seed)
   started = time.time()
-  ngram = ngram_held_out(train.branch_args(args, model_lib.NGRAM_LOGITS),
-                         params,
-                         data, examples, fold_of, folds, scratch)
+  # The trainer's own cross-validation of the n-gram branch alone: its
+  # held-out logits at the best epoch, in the same folds.
+  ngram = train.cross_validate(
+      args, dataclasses.replace(params, model='nbsvm'), data, examples,
+      ngrams.DocumentNgrams.fit(examples.dataset(1024), params.ngram_order),
+      runs.Run(scratch)).logits[:, 0]
   result = {'folds': folds, 'examples': len(examples),
             'ngram_min_count': params.ngram_min_count,
             'ngram': accuracy(ngram, labels),
