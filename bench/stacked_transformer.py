@@ -94,7 +94,6 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
   stacked transformer, each read on the same held-out folds; ``flags``
   after the configuration's training flags."""
   import keras  # pylint: disable=import-outside-toplevel
-  from schemas import raw  # pylint: disable=import-outside-toplevel
   from trainer import data as data_lib  # pylint: disable=import-outside-toplevel
   from trainer import ngrams  # pylint: disable=import-outside-toplevel
   from trainer import runs  # pylint: disable=import-outside-toplevel
@@ -109,15 +108,15 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
   params = train.model_params(args)
   keras.utils.set_random_seed(seed)
   data = data_lib.PreprocessedData.load(data_dir)
-  examples = data_lib.Examples.load(data, raw.TRAIN)
+  planned = train.plan_folds(args, data)
+  examples, fold_of = planned.train, planned.fold_of
   labels = examples.labels
-  fold_of = selection.assign_folds(selection.fold_keys(examples, data.params),
-                                   folds, seed)
   started = time.time()
   # The trainer's own cross-validation of the n-gram branch alone: its
   # held-out logits at the best epoch, in the same folds.
   ngram = train.cross_validate(
       args, dataclasses.replace(params, model='nbsvm'), data, examples,
+      fold_of, planned.groups,
       ngrams.DocumentNgrams.fit(examples.dataset(1024), params.ngram_order),
       runs.Run(scratch)).logits[:, 0]
   result = {'folds': folds, 'examples': len(examples),

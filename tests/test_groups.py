@@ -194,3 +194,26 @@ def test_every_configuration_takes_the_split_the_data_names(
   assert '--test_fraction=0.2 is not used' in caplog.text
   assert json.loads((tmp_path / 'out' / transformed.PARAMS_FILE).read_text())[
       'test_fraction'] is None
+
+
+def test_folds_cannot_follow_a_group_field_the_records_do_not_keep(
+    tmp_path, monkeypatch, capsys):
+  from trainer import train  # pylint: disable=import-outside-toplevel
+  write_jsonl(tmp_path / 'in.jsonl', grouped_rows())
+  output = tmp_path / 'out'
+  preprocess.run([f'--input={tmp_path}/in.jsonl', f'--output_dir={output}',
+                  '--max_len=8', '--group_field=movie'])
+  flags = [f'--data_dir={output}', '--model=nbsvm', '--ngram_epochs=1',
+           '--batch_size=8']
+  # Asked for, they are refused before anything is written...
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, *flags, '--folds=2',
+      f'--model_dir={tmp_path / "asked"}')
+  assert status == 2
+  (line,) = [line for line in stderr.splitlines() if 'error' in line]
+  assert 'was split by --group_field=movie, which its records do not keep' in (
+      line)
+  assert not (tmp_path / 'asked').exists()
+  # ...and by default the validation split, held out by group, chooses.
+  metrics, _ = train.run([*flags, f'--model_dir={tmp_path / "auto"}'])
+  assert metrics['selected_on'] == raw.VALIDATION

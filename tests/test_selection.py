@@ -72,11 +72,12 @@ def test_folds_follow_the_group_pattern_else_the_text():
   # Without a group, a text's copies go together, as the split's text hash
   # sends them; padding is not part of the text.
   assert keys[2] == keys[3] != keys[4]
-  # An output split by --group_field does not hold the field: by text.
-  by_field = selection.fold_keys(examples, {**params, 'read_config': {
-      'group_field': 'movie'}})
-  assert by_field[0] != by_field[1]
-  assert by_field[0].startswith(b'text:')
+  # An output split by --group_field does not hold the field: by text, a
+  # group's records could sit on both sides of a fold.
+  with pytest.raises(ValueError, match='--group_field=movie, which its '
+                     'records do not keep'):
+    selection.fold_keys(examples, {**params, 'read_config': {
+        'group_field': 'movie'}})
 
 
 @settings(max_examples=25, deadline=None)
@@ -125,6 +126,33 @@ def test_the_choice_is_the_best_mean_over_the_folds_and_its_epoch():
   # Every example's held-out logits at the chosen epochs, branches in order.
   assert np.array_equal(choice.logits[:, 1], np.concatenate([right, right]))
   assert np.array_equal(choice.logits[:, 0], np.concatenate([right, wrong]))
+
+
+def test_the_mean_is_over_every_held_out_example_not_every_fold():
+  labels = np.zeros(4, np.int64)
+  right, wrong = np.array([[2., 0.]]), np.array([[0., 2.]])
+  # A fold of one example, wrong, and one of three, right.
+  candidate = selection.Candidate('ngram_logits', {'ngram_min_count': 2})
+  candidate.add_fold(np.array([0]), [wrong])
+  candidate.add_fold(np.array([1, 2, 3]), [np.repeat(right, 3, axis=0)])
+  summary = candidate.summary(labels, 'val_accuracy')
+  assert summary['mean'] == 0.75
+  assert summary['std'] == pytest.approx(np.std([0, 1], ddof=1), abs=1e-4)
+
+
+@pytest.mark.parametrize('sizes, batch_size, fails', [
+    ((5, 5, 5), 10, False),
+    ((5, 5, 5), 11, True),
+    ((28, 1, 1), 10, True),   # the first fold leaves 2 to train on
+])
+def test_a_fold_that_leaves_less_than_a_batch_to_train_on_is_refused(
+    sizes, batch_size, fails):
+  fold_of = np.repeat(np.arange(len(sizes)), sizes)
+  if fails:
+    with pytest.raises(ValueError, match='fewer than a batch'):
+      selection.check_training_parts(fold_of, len(sizes), batch_size)
+  else:
+    selection.check_training_parts(fold_of, len(sizes), batch_size)
 
 
 @pytest.fixture(scope='module')
@@ -203,6 +231,8 @@ def test_held_out_logits_keep_the_examples_order():
 @pytest.mark.parametrize('flags, message', [
     (['--folds=1'], 'one fold holds out every example'),
     (['--folds=0', '--refit'], 'it needs --folds of 2 or more'),
+    # 538 train examples: a fold of 2 leaves about 269 to train on.
+    (['--folds=2', '--batch_size=300'], 'fewer than a batch of 300'),
 ])
 def test_impossible_cross_validation_is_one_error_line(
     synthetic_preprocessed, tmp_path, flags, message):
@@ -219,7 +249,29 @@ def test_impossible_cross_validation_is_one_error_line(
     (22700, 20, 2, 0),                  # IMDB's first sentences
     (1809, 207, 20, 0),                 # 2,000 IMDB reviews
     (22700, 207, 2, 0),                 # IMDB
+    (40, 10, 5, selection.FOLDS),       # folds leave 32 to train on
+    (39, 10, 5, 0),                     # 31: less than a batch of 32
 ])
 def test_auto_folds_cross_validate_where_a_training_is_cheap(
     examples, median_length, epochs, folds):
-  assert selection.auto_folds(examples, median_length, epochs) == folds
+  assert selection.auto_folds(examples, median_length, epochs, 32) == folds
+
+
+def test_the_report_names_the_measure_that_chose_and_a_count_only_searched():
+  summary = {'setting': {'ngram_min_count': 16}, 'epochs': 2, 'mean': 0.31,
+             'std': 0.01, 'by_epoch': [0.4, 0.31]}
+  choices = {'refit': True, 'cross_validation': {
+      'folds': 3, 'groups': 9, 'examples': 90, 'monitor': 'val_loss',
+      'epochs': {'ngram_logits': 2}, 'ngram_min_count': 16,
+      'tried': {'ngram_logits': [summary]}}}
+  text = '\n'.join(evaluate.cross_validation_lines(choices))
+  assert 'by the held-out loss over every training example' in text
+  assert '| held-out loss |' in text
+  # One count, given by the flag: cross-validation did not choose it.
+  assert 'minimum count' not in text
+  choices['cross_validation']['monitor'] = 'val_accuracy'
+  choices['cross_validation']['tried']['ngram_logits'] = [
+      summary, {**summary, 'setting': {'ngram_min_count': 8}}]
+  text = '\n'.join(evaluate.cross_validation_lines(choices))
+  assert 'epochs and the n-gram minimum count, by the held-out accuracy' in (
+      text)

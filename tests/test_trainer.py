@@ -536,6 +536,8 @@ def test_classification_metrics_and_auc():
   # Positives' scores .7, .2, .9 against negatives' .1, .6: 5 of 6 pairs.
   assert metrics['roc_auc'] == pytest.approx(5 / 6)
   assert evaluate.roc_auc(np.array([1, 0]), np.array([0.5, 0.5])) == 0.5
+  # Undefined with one class: JSON's null, not a bare NaN.
+  assert evaluate.roc_auc(np.array([1, 1]), np.array([0.5, 0.7])) is None
 
 
 # --------------------------------------------------------------------------

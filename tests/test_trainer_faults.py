@@ -100,6 +100,19 @@ def drop_count(data_dir):
   (data_dir / transformed.STATS_FILE).write_text(json.dumps(stats))
 
 
+def miscount(data_dir):
+  stats = json.loads((data_dir / transformed.STATS_FILE).read_text())
+  stats['records']['written'][raw.TRAIN] += 1
+  (data_dir / transformed.STATS_FILE).write_text(json.dumps(stats))
+
+
+def cut_in_half(pattern):
+  def cut(data_dir):
+    (path,) = data_dir.glob(pattern)
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+  return cut
+
+
 def drop(*names):
   return lambda data_dir: [remove(path) for name in names
                            for path in data_dir.glob(name)]
@@ -119,6 +132,8 @@ def drop(*names):
      f'{transformed.PARAMS_FILE} has no transform.max_len'),
     (drop('transform_fn/assets/labels'), 'labels'),
     (drop('transformed_metadata/schema.pbtxt'), 'schema.pbtxt'),
+    (miscount, 'its train files hold '),
+    (cut_in_half('train-*'), '.tfrecord.gz cannot be read whole'),
 ])
 def test_an_incomplete_preprocessing_output_is_a_job_error_naming_the_gap(
     damage, message, synthetic_preprocessed, tmp_path, monkeypatch, capsys):
@@ -440,3 +455,17 @@ def test_a_run_killed_before_copying_its_report_is_made_good(
 
 def _fail(*_):
   raise RuntimeError('injected')
+
+
+def test_a_refitted_model_is_judged_on_the_folds_held_out_predictions(
+    caplog):
+  # Validation was trained on (0.99 there); the folds' held-out figure is
+  # what tells.
+  metrics = {raw.VALIDATION: {'accuracy': 0.99, 'majority_baseline': 0.6}}
+  refitted_on = {'what': 'cross-validation', 'majority_baseline': 0.6,
+                 'after': {'accuracy': 0.55}}
+  with caplog.at_level(logging.WARNING):
+    evaluate.warn_if_no_better_than_majority(metrics, ['neg', 'pos'],
+                                             refitted_on)
+  assert ("accuracy on cross-validation's held-out predictions 0.5500 is no "
+          "better than 0.6000") in caplog.text

@@ -158,7 +158,10 @@ def calibrate_logits(model, logits: np.ndarray, labels: np.ndarray,
   result = {'temperature': float(temperature),
             'fitted_on': {'examples': int(len(labels)), 'what': fitted_on,
                           'before': summary(before, labels),
-                          'after': summary(after, labels)}}
+                          'after': summary(after, labels),
+                          # Always answering their most frequent class.
+                          'majority_baseline': float(
+                              np.bincount(labels).max() / len(labels))}}
   if len(scales) > 1:
     result['branch_weights'] = dict(zip(model_lib.branch_names(model),
                                         map(float, weights)))

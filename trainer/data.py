@@ -1,10 +1,13 @@
 """The preprocessing job's output, as the trainer needs it."""
 import dataclasses
+import gzip
 import hashlib
 import json
 import logging
 import os
 import posixpath
+import struct
+import zlib
 from typing import Dict, List
 
 import numpy as np
@@ -69,6 +72,7 @@ class PreprocessedData:
                stats=stats, label_names=label_names, vocab_size=vocab_size,
                max_len=max_len, fingerprint=fingerprint)
     data._check_split_files()
+    data._check_records()
     return data
 
   def check_unchanged(self) -> None:
@@ -92,6 +96,26 @@ class PreprocessedData:
     if missing:
       raise _incomplete(self.data_dir, '; '.join(missing))
 
+  def _check_records(self) -> None:
+    """A JobError for a split file that cannot be read whole (cut short,
+    corrupt), or a split whose files hold another number of records than
+    stats.json counts: the trainer sizes its folds, schedule and shuffle
+    on that count, and reads the files many times over. Counting is one
+    pass without parsing (a few seconds for IMDB's 50,000 reviews)."""
+    for split in raw.SPLITS:
+      held = 0
+      for path in self.files(split):
+        try:
+          held += count_records(path)
+        except (ValueError, OSError, EOFError, zlib.error,
+                tf.errors.OpError) as error:
+          raise _incomplete(self.data_dir, f'{path} cannot be read whole '
+                            f'({error})') from error
+      if held != self.num_examples(split):
+        raise _incomplete(
+            self.data_dir, f'its {split} files hold {held} records, but '
+            f'{transformed.STATS_FILE} counts {self.num_examples(split)}')
+
   def files(self, split: str) -> List[str]:
     return sorted(tf.io.gfile.glob(posixpath.join(
         self.data_dir, transformed.split_file_pattern(split))))
@@ -107,6 +131,23 @@ class PreprocessedData:
 
   def num_examples(self, split: str) -> int:
     return self.stats['records']['written'][split]
+
+
+def count_records(path: str) -> int:
+  """The records of a gzip TFRecord file, by their length prefixes (a
+  record is its length, 8 bytes little-endian, a 4-byte checksum, the data
+  and another checksum); ValueError where the file ends inside one."""
+  count = 0
+  with tf.io.gfile.GFile(path, 'rb') as stored, gzip.GzipFile(
+      fileobj=stored) as records:
+    while True:
+      header = records.read(12)
+      if not header:
+        return count
+      length = struct.unpack('<Q', header[:8])[0] if len(header) == 12 else 0
+      if len(header) < 12 or len(records.read(length + 4)) < length + 4:
+        raise ValueError(f'it ends inside record {count + 1}')
+      count += 1
 
 
 # What a preprocessing output holds beside its TFRecords, and what each is.

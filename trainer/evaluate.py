@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import posixpath
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import matplotlib
 matplotlib.use('Agg')  # files only, no display
@@ -29,6 +29,7 @@ from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
 from trainer import calibration  # pylint: disable=wrong-import-position
 from trainer import data as data_lib  # pylint: disable=wrong-import-position
+from trainer import model as model_lib  # pylint: disable=wrong-import-position
 from trainer import selection  # pylint: disable=wrong-import-position
 from serving import exports  # pylint: disable=wrong-import-position
 
@@ -59,8 +60,9 @@ PLOTS = (HISTORY_PLOT, calibration.RELIABILITY_PLOT,
          *(confusion_plot(split) for split in raw.HELD_OUT))
 
 
-def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-  """Area under the ROC curve: P(score of a positive > score of a negative)."""
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> Optional[float]:
+  """Area under the ROC curve: P(score of a positive > score of a negative);
+  None (JSON's null, not a bare NaN) where a class is absent."""
   order = np.argsort(scores, kind='mergesort')
   ranks = np.empty(len(scores))
   sorted_scores = scores[order]
@@ -72,7 +74,7 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
   positives = labels.astype(bool)
   n_pos, n_neg = positives.sum(), (~positives).sum()
   if not n_pos or not n_neg:
-    return float('nan')
+    return None
   return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) /
                (n_pos * n_neg))
 
@@ -184,6 +186,7 @@ def _summary_lines(metrics: Dict) -> List[str]:
   for name, key, form in HEADLINE:
     if key in metrics[splits[0]]:
       lines.append(f'| {name} | ' + ' | '.join(
+          '–' if metrics[split][key] is None else
           form.format(metrics[split][key]) for split in splits) + ' |')
   return lines
 
@@ -232,14 +235,18 @@ def cross_validation_lines(choices: Dict) -> List[str]:
       'predictions: its validation figures below are of data it trained on.'
       if choices.get('refit') else
       'The validation split chose the temperature and any branch weights.')
+  # Runs from before the choice recorded its measure chose by accuracy.
+  measure = ('loss' if folds.get('monitor') == 'val_loss' else 'accuracy')
+  counts_tried = len(folds['tried'].get(model_lib.NGRAM_LOGITS, [])) > 1
   lines = [f'Grouped {folds["folds"]}-fold cross-validation over the train '
            f'split ({folds["examples"]:,} examples in {folds["groups"]:,} '
            'groups: a record\'s group, else its text) chose each branch\'s '
-           'epochs' + (' and the n-gram minimum count'
-                       if folds.get('ngram_min_count') else '') +
-           f', by the mean held-out accuracy over the folds. {calibrated}', '',
-           '| branch | setting | epochs | held-out mean | spread (SD over '
-           'folds) | chosen |',
+           'epochs' + (' and the n-gram minimum count' if counts_tried
+                       else '') +
+           f', by the held-out {measure} over every training example. '
+           f'{calibrated}', '',
+           f'| branch | setting | epochs | held-out {measure} | spread (SD '
+           'over folds) | chosen |',
            '| --- | --- | ---: | ---: | ---: | --- |']
   for branch, tried in folds['tried'].items():
     for candidate in tried:
@@ -322,21 +329,28 @@ def write_report(folder: str, evaluation: Evaluation, metadata: Dict,
     out.write('\n'.join(lines))
 
 
-def warn_if_no_better_than_majority(metrics: Dict,
-                                    label_names: List[str]) -> None:
-  """Logs a warning when the model is no more accurate on validation than
+def warn_if_no_better_than_majority(metrics: Dict, label_names: List[str],
+                                    refitted_on: Optional[Dict] = None
+                                    ) -> None:
+  """Logs a warning when the model is no more accurate on held-out data than
   always answering the train split's most frequent class. Not an error: on
   small or hard data that can be the truth, but a model that learned
-  nothing should not go out unremarked."""
-  validation = metrics[raw.VALIDATION]
-  if validation['accuracy'] > validation['majority_baseline']:
+  nothing should not go out unremarked. A model refitted on validation
+  learned it: ``refitted_on`` (the calibration's ``fitted_on``) holds the
+  figures of the cross-validation folds' held-out predictions instead."""
+  held_out, where = metrics[raw.VALIDATION], 'the validation split'
+  if refitted_on:
+    held_out = {'accuracy': refitted_on['after']['accuracy'],
+                'majority_baseline': refitted_on['majority_baseline']}
+    where = f'{refitted_on["what"]}\'s held-out predictions'
+  if held_out['accuracy'] > held_out['majority_baseline']:
     return
   logging.warning(
-      'train: validation accuracy %.4f is no better than %.4f, that of '
+      'train: accuracy on %s %.4f is no better than %.4f, that of '
       'always answering %r, the most frequent train class: the model has '
-      'learned nothing the validation split shows (too few epochs, too '
-      'high or low a --learning_rate, or labels the text does not predict)',
-      validation['accuracy'], validation['majority_baseline'],
+      'learned nothing that holds there (too few epochs, too high or low a '
+      '--learning_rate, or labels the text does not predict)', where,
+      held_out['accuracy'], held_out['majority_baseline'],
       label_names[MAJORITY_ID])
 
 
@@ -360,7 +374,9 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
         np.mean(labels[split] == MAJORITY_ID))
     metrics[split]['calibration'] = calibration.evaluate(
         labels[split], served[split], metadata['calibration']['temperature'])
-  warn_if_no_better_than_majority(metrics, data.label_names)
+  warn_if_no_better_than_majority(
+      metrics, data.label_names,
+      metadata['calibration']['fitted_on'] if selected['refit'] else None)
   # What the scoring job measures each partition's drift against: the
   # predictions on data the model never learned from nor was chosen on.
   exports.add_metadata(export_dir, {

@@ -51,23 +51,37 @@ AUTO_MAX_TOKENS = 2_000_000
 _SCORING_BATCH = 256
 
 
-def auto_folds(train_examples: int, median_length: int, epochs: int) -> int:
+def auto_folds(train_examples: int, median_length: int, epochs: int,
+               batch_size: int) -> int:
   """--folds=auto for a train split of this many examples whose median
-  length is ``median_length`` tokens, trained for at most ``epochs``."""
+  length is ``median_length`` tokens, trained for at most ``epochs`` in
+  batches of ``batch_size``: 0 also where a fold's training part would
+  hold less than a batch."""
   cheap = (train_examples <= AUTO_MAX_EXAMPLES and
            epochs * train_examples * median_length <= AUTO_MAX_TOKENS)
-  return FOLDS if cheap else 0
+  trainable = train_examples - -(-train_examples // FOLDS) >= batch_size
+  return FOLDS if cheap and trainable else 0
+
+
+def unkept_group_field(params: Dict) -> Optional[str]:
+  """The ``--group_field`` an output was split by: its records do not keep
+  the field, so no fold can follow its groups (None when it was not)."""
+  return (params.get('read_config') or {}).get('group_field') or None
 
 
 def fold_keys(examples: data_lib.Examples, params: Dict) -> List[bytes]:
   """What keeps examples together: the group the preprocessing job took
   from each id with its ``--group_pattern``, else the text itself (its
-  token ids), as the split's hash of the text does. An output split by
-  ``--group_field`` does not hold the field: its folds go by text."""
-  read_config = params.get('read_config') or {}
+  token ids), as the split's hash of the text does. ValueError for an
+  output split by ``--group_field`` (``unkept_group_field``): by text, its
+  folds would deal one group's records to both sides."""
+  field = unkept_group_field(params)
+  if field:
+    raise ValueError(f'its splits follow --group_field={field}, which its '
+                     'records do not keep, so folds could not keep a group '
+                     'on one side')
   pattern = params.get('group_pattern')
-  pattern = (re.compile(pattern) if pattern and
-             not read_config.get('group_field') else None)
+  pattern = re.compile(pattern) if pattern else None
   keys = []
   for record_id, token_ids in zip(examples.ids, examples.token_ids):
     group = pattern and raw.group_from(
@@ -89,6 +103,20 @@ def assign_folds(keys: List[bytes], folds: int, seed: int) -> np.ndarray:
                      f'{len(distinct)}')
   fold_of = {key: rank % folds for rank, key in enumerate(distinct)}
   return np.array([fold_of[key] for key in keys], np.int64)
+
+
+def check_training_parts(fold_of: np.ndarray, folds: int,
+                         batch_size: int) -> None:
+  """ValueError when a fold leaves fewer than ``batch_size`` examples to
+  train on: training batches are all full, so not one step would run, and
+  its held-out figures would be those of an untrained model."""
+  for fold in range(folds):
+    training = int(np.sum(fold_of != fold))
+    if training < batch_size:
+      raise ValueError(
+          f'fold {fold + 1} leaves {training} examples to train on (its '
+          f'groups hold the other {int(np.sum(fold_of == fold))}), fewer '
+          f'than a batch of {batch_size}, so not one training step would run')
 
 
 def held_out_logits(model: keras.Model, branch: str, examples:
@@ -165,6 +193,13 @@ class Candidate:
     self.rows.append(rows)
     self.logits.append(logits)
 
+  def weights(self) -> np.ndarray:
+    """Each fold's share of the examples: a mean over the folds weighted by
+    it is the figure over every held-out example, which a few small folds
+    (of uneven groups) cannot sway."""
+    sizes = np.array([len(rows) for rows in self.rows], np.float64)
+    return sizes / sizes.sum()
+
   def scores(self, labels: np.ndarray, monitor: str) -> np.ndarray:
     """[folds, epochs]: the held-out ``monitor`` of each fold after each
     epoch (a fold that stopped early repeats its last)."""
@@ -176,19 +211,21 @@ class Candidate:
 
   def best_epoch(self, labels: np.ndarray, monitor: str) -> int:
     """The epoch (from 1) of the best mean over the folds."""
-    means = self.scores(labels, monitor).mean(axis=0)
+    means = self.weights() @ self.scores(labels, monitor)
     pick = np.argmax if monitor == 'val_accuracy' else np.argmin
     return int(pick(means)) + 1
 
   def summary(self, labels: np.ndarray, monitor: str) -> Dict:
-    """Mean and spread over the folds, at the best epoch and by epoch."""
+    """Mean (over every held-out example: weighted by the folds' sizes) and
+    spread (the SD of the folds' figures), at the best epoch and by epoch."""
     scores = self.scores(labels, monitor)
+    means = self.weights() @ scores
     epoch = self.best_epoch(labels, monitor)
     return {'setting': self.setting, 'epochs': epoch,
-            'mean': round(float(scores[:, epoch - 1].mean()), 4),
+            'mean': round(float(means[epoch - 1]), 4),
             'std': round(float(scores[:, epoch - 1].std(ddof=1))
                          if len(scores) > 1 else 0.0, 4),
-            'by_epoch': [round(float(m), 4) for m in scores.mean(axis=0)]}
+            'by_epoch': [round(float(m), 4) for m in means]}
 
   def out_of_fold(self, labels: np.ndarray, monitor: str,
                   size: int) -> np.ndarray:
@@ -210,9 +247,11 @@ class Choice:
   logits: np.ndarray                  # [examples, branches, classes]
   labels: np.ndarray
   groups: int
+  monitor: str                        # what chose: --monitor
 
   def describe(self) -> Dict:
     return {'folds': self.folds, 'groups': self.groups,
+            'monitor': self.monitor,
             'examples': int(len(self.labels)), 'epochs': self.epochs,
             'ngram_min_count': self.ngram_min_count, 'tried': self.tried}
 
@@ -237,7 +276,7 @@ def choose(candidates: Dict[str, List[Candidate]], branches: List[str],
       ngram_min_count=ngram and ngram.setting['ngram_min_count'],
       tried={b: [c.summary(labels, monitor) for c in tried]
              for b, tried in candidates.items()},
-      logits=logits, labels=labels, groups=groups)
+      logits=logits, labels=labels, groups=groups, monitor=monitor)
 
 
 def log_candidate(candidate: Candidate, labels: np.ndarray,

@@ -430,27 +430,62 @@ def fit_ngram_branch(args, params: model_lib.ModelParams,
   return chosen
 
 
-def no_ngram(counts) -> cli.JobError:
-  return cli.JobError(f'no n-gram is in {counts[-1]} training documents: '
-                      'try --model=transformer or --ngram_min_count=1')
+def no_ngram(counts, fewest: Optional[int] = None) -> cli.JobError:
+  """The error for no n-gram in as many training documents as the lowest
+  count tried; ``fewest``: the examples of the smallest training part of
+  cross-validation's folds, where that was so."""
+  where = (f' of every fold\'s training part (the smallest: {fewest} '
+           'examples)' if fewest is not None else '')
+  return cli.JobError(f'no n-gram is in {counts[-1]} training documents'
+                      f'{where}: try --model=transformer or '
+                      '--ngram_min_count=1' + (' or --folds=0' if where
+                                               else ''))
 
 
-def cross_validate(args, params: model_lib.ModelParams,
-                   data: data_lib.PreprocessedData,
-                   examples: data_lib.Examples,
-                   table: Optional[ngrams.DocumentNgrams], run: runs.Run
-                   ) -> selection.Choice:
-  """Grouped k-fold cross-validation of every branch over ``examples`` (the
-  train split): the n-gram branch at each minimum count to try (largest
-  first, until one is no better), each branch for its epochs, a fold
-  stopped after --patience epochs without a better held-out figure.
-  ``table`` holds the n-grams of ``examples`` in its first rows."""
-  keys = selection.fold_keys(examples, data.params)
+@dataclasses.dataclass
+class Folds:
+  """Cross-validation's plan: the examples in memory (train, then
+  validation with --refit) and the fold of each train example."""
+  examples: data_lib.Examples
+  fold_of: np.ndarray
+  groups: int
+
+  @property
+  def train(self) -> data_lib.Examples:
+    return self.examples.take(np.arange(len(self.fold_of)))
+
+
+def plan_folds(args, data: data_lib.PreprocessedData) -> Folds:
+  """Deals the train split into --folds folds by its groups; a JobError,
+  before anything is written, where that cannot be done."""
+  examples = data_lib.Examples.load(
+      data, raw.TRAIN, *([raw.VALIDATION] if args.refit else []))
+  train_examples = examples.take(np.arange(data.num_examples(raw.TRAIN)))
+  keys = selection.fold_keys(train_examples, data.params)
   try:
     fold_of = selection.assign_folds(keys, args.folds, args.seed)
   except ValueError as error:
     raise cli.JobError(f'--folds={args.folds}: {error} in the train split '
                        f'of {data.data_dir}; use fewer') from error
+  try:
+    selection.check_training_parts(fold_of, args.folds, args.batch_size)
+  except ValueError as error:
+    raise cli.JobError(f'--folds={args.folds}: {error}; use fewer folds or '
+                       'a smaller --batch_size') from error
+  return Folds(examples, fold_of, len(set(keys)))
+
+
+def cross_validate(args, params: model_lib.ModelParams,
+                   data: data_lib.PreprocessedData, examples:
+                   data_lib.Examples, fold_of: np.ndarray, groups: int,
+                   table: Optional[ngrams.DocumentNgrams], run: runs.Run
+                   ) -> selection.Choice:
+  """Grouped k-fold cross-validation of every branch over ``examples`` (the
+  train split, dealt into folds by ``fold_of``, from ``groups`` groups):
+  the n-gram branch at each minimum count to try (largest first, until one
+  is no better), each branch for its epochs, a fold stopped after
+  --patience epochs without a better held-out figure. ``table`` holds the
+  n-grams of ``examples`` in its first rows."""
   num_classes = len(data.label_names)
   better = max if args.monitor == 'val_accuracy' else min
   candidates = {}
@@ -491,34 +526,34 @@ def cross_validate(args, params: model_lib.ModelParams,
         break  # no better than a larger count: lower ones memorise more
       tried.append((candidate, score))
     if not tried:
-      raise no_ngram(min_counts(params))
+      raise no_ngram(min_counts(params), int(min(
+          np.sum(fold_of != fold) for fold in range(args.folds))))
     candidates[branch] = [candidate for candidate, _ in tried]
   return selection.choose(candidates, params.branches, examples.labels,
-                          args.monitor, args.folds, len(set(keys)))
+                          args.monitor, args.folds, groups)
 
 
 def train(args, params: model_lib.ModelParams,
-          data: data_lib.PreprocessedData, run: runs.Run):
-  """Fits the model, its files in ``run``'s folders; returns (model,
-  histories by branch, training seconds, calibration, what was chosen and
-  on what)."""
+          data: data_lib.PreprocessedData, run: runs.Run,
+          folds: Optional[Folds] = None):
+  """Fits the model, its files in ``run``'s folders, cross-validated by
+  ``folds`` (``plan_folds``) where --folds asks; returns (model, histories
+  by branch, training seconds, calibration, what was chosen and on
+  what)."""
   keras.utils.set_random_seed(args.seed)
   started = time.time()
   seconds = {}  # what each part of the training took
   choice, table = None, None
   if args.folds:
-    # The train split in memory for the folds, with validation after it
-    # when the final model is refitted on both.
-    examples = data_lib.Examples.load(
-        data, raw.TRAIN, *([raw.VALIDATION] if args.refit else []))
-    train_rows = np.arange(data.num_examples(raw.TRAIN))
+    folds = folds or plan_folds(args, data)
+    examples = folds.examples
     # The n-grams of every document, found once: the folds' vocabularies
     # count its train rows, the final one all of them.
     table = (ngrams.DocumentNgrams.fit(examples.dataset(1024),
                                        params.ngram_order)
              if model_lib.NGRAM_LOGITS in params.branches else None)
-    choice = cross_validate(args, params, data, examples.take(train_rows),
-                            table, run)
+    choice = cross_validate(args, params, data, folds.train, folds.fold_of,
+                            folds.groups, table, run)
     seconds[selection.CROSS_VALIDATION] = time.time() - started
     args = argparse.Namespace(**{
         **vars(args),
@@ -611,14 +646,29 @@ def resolve_selection(args, data: data_lib.PreprocessedData) -> None:
   """--folds=auto and --refit's default, from the train split's size; a
   JobError for --refit without cross-validation."""
   train_examples = data.num_examples(raw.TRAIN)
-  if args.folds is None:
-    median = min(data.stats.get('token_length', {}).get('p50') or
-                 data.max_len, data.max_len)
+  group_field = selection.unkept_group_field(data.params)
+  if args.folds is None and group_field:
+    args.folds = 0
+    logging.info('--folds: 0 (the output was split by --group_field=%s, '
+                 'which its records do not keep: folds could not follow '
+                 'it)', group_field)
+  elif args.folds is None:
+    median = data.stats.get('token_length', {}).get('p50')
+    median = min(data.max_len if median is None else median, data.max_len)
     epochs = max(args.epochs, args.ngram_epochs)
-    args.folds = selection.auto_folds(train_examples, median, epochs)
+    args.folds = selection.auto_folds(train_examples, median, epochs,
+                                      args.batch_size)
     logging.info('--folds: %d (the train split has %d examples of %d tokens '
-                 'at the median, trained for at most %d epochs)', args.folds,
-                 train_examples, median, epochs)
+                 'at the median, trained for at most %d epochs in batches of '
+                 '%d)', args.folds, train_examples, median, epochs,
+                 args.batch_size)
+  if args.folds and group_field:
+    raise cli.JobError(
+        f'--folds={args.folds}: {data.data_dir} was split by '
+        f'--group_field={group_field}, which its records do not keep, so '
+        'folds could not keep a group on one side: use --folds=0 (the '
+        'validation split, held out by group), or preprocess with '
+        '--group_pattern over the ids')
   if args.refit is None:
     args.refit = bool(args.folds)
   elif args.refit and not args.folds:
@@ -647,6 +697,9 @@ def run(argv=None):
     params = model_params(args)
   except ValueError as error:
     raise cli.JobError(str(error)) from error
+  # Before the model folder is touched: a plan that cannot be carried out
+  # leaves nothing behind.
+  folds = plan_folds(args, data) if args.folds else None
   runs.check_own(args.model_dir)
   tf.io.gfile.makedirs(args.model_dir)
   with lock.exclusive(args.model_dir):
@@ -654,7 +707,8 @@ def run(argv=None):
     runs.copy_report(args.model_dir)
     run_folders = runs.Run(args.model_dir)
     try:
-      return train_and_publish(args, params, data, run_folders, started)
+      return train_and_publish(args, params, data, run_folders, started,
+                               folds)
     except BaseException as error:
       run_folders.discard()
       if isinstance(error, Exception) and not isinstance(error, cli.JobError):
@@ -666,11 +720,11 @@ def run(argv=None):
 
 def train_and_publish(args, params: model_lib.ModelParams,
                       data: data_lib.PreprocessedData, run_folders: runs.Run,
-                      started: float):
+                      started: float, folds: Optional[Folds] = None):
   """Trains, saves the export staged, evaluates it, and only then publishes
   it and the run's files; returns (metrics, export folder)."""
   model, histories, seconds, fitted, choices = train(args, params, data,
-                                                     run_folders)
+                                                     run_folders, folds)
   epochs_run = {branch: len(history['loss'])
                 for branch, history in histories.items()}
   export.save(model, data.tft_output, data.label_names, run_folders.export, {
