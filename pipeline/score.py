@@ -113,7 +113,7 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
           records.REJECTED, records.STATS, main='batches')
   predictions = checked.batches | 'Score' >> RunInference(
       inference.RawTextModelHandler(settings.export_dir))
-  schema = scored.arrow_schema(settings.label_names, settings.kept_schema)
+  schema = settings.schema
   scored_rows = predictions | 'ToArrow' >> beam.ParDo(rows.ToArrow(
       schema, settings.label_names, settings.metadata['version'],
       settings.kept, settings.confidence_edges,
@@ -172,6 +172,7 @@ def run(argv=None):
     outputs.write_json(posixpath.join(staging, scored.MANIFEST_FILE), written)
     report.write_drift_report(staging, written['drift'])
     outputs.mark_finished(staging)
+    settings_lib.check_beside(settings, args.allow_schema_change)
     output.publish()
   report.log_summary(written, time.time() - started, output.final_dir)
   tally.check_complete(settings.read_config.allow_corrupt_files)

@@ -22,6 +22,8 @@ SUCCESS_MARKER = '_SUCCESS'
 PREPROCESSING = 'a preprocessing output'
 SCORING = 'a scoring output'
 MODEL = 'a model folder'
+# A SavedModel: one version of a model folder's export, or one copied out.
+EXPORT = 'a model export'
 
 # The model folder's own files at its top (besides its export folder and
 # the run's scratch files): the trainer's lock, which stays on a local disk,
@@ -37,6 +39,7 @@ MARKERS: Tuple[Tuple[Tuple[str, ...], str], ...] = (
     ((scored.MANIFEST_FILE,), SCORING),
     ((MODEL_LOCK,), MODEL),
     ((serving.EXPORT_DIR, MODEL_METRICS), MODEL),
+    ((serving.SAVED_MODEL_FILE,), EXPORT),
 )
 
 

@@ -30,6 +30,8 @@ PROBABILITIES = 'probabilities'  # one per label, in the metadata's order
 # ``<model_dir>/EXPORT_DIR/<version>/`` with ``METADATA_FILE`` (version,
 # label names, parameters, data stats, calibration, the drift reference).
 EXPORT_DIR = 'export'
+# TensorFlow's name for a SavedModel's graph, at the top of every export.
+SAVED_MODEL_FILE = 'saved_model.pb'
 METADATA_FILE = 'assets.extra/metadata.json'
 # The version's evaluation report (metrics.json, report.md and its plots),
 # published with it; the model folder's top holds a copy of the newest's.

@@ -89,9 +89,10 @@ def reference_problem(found, label_names: List[str]) -> Optional[str]:
     return 'it is not an object'
   shares = found.get('label_shares')
   if not (isinstance(shares, dict) and sorted(shares) == sorted(label_names)
-          and all(_number(v) and 0 <= v <= 1 for v in shares.values())):
+          and all(_number(v) and 0 <= v <= 1 for v in shares.values())
+          and _sums_to_one(shares.values())):
     return ('its label_shares are not a share in [0, 1] for each of '
-            f'{label_names}')
+            f'{label_names}, summing to 1')
   histogram = found.get('confidence_histogram')
   edges = histogram.get('edges') if isinstance(histogram, dict) else None
   bins = histogram.get('shares') if isinstance(histogram, dict) else None
@@ -101,10 +102,17 @@ def reference_problem(found, label_names: List[str]) -> Optional[str]:
     return ('its confidence_histogram edges are not at least two rising '
             'numbers in [0, 1]')
   if not (isinstance(bins, list) and len(bins) == len(edges) - 1 and
-          all(_number(v) and 0 <= v <= 1 for v in bins)):
+          all(_number(v) and 0 <= v <= 1 for v in bins) and
+          _sums_to_one(bins)):
     return ('its confidence_histogram shares are not a share in [0, 1] for '
-            'each bin between its edges')
+            'each bin between its edges, summing to 1')
   return None
+
+
+def _sums_to_one(shares) -> bool:
+  # Shares of one whole, written as floats: they sum to 1 within rounding;
+  # a hand-edited reference need not.
+  return abs(math.fsum(shares) - 1.0) <= 1e-3
 
 
 def psi_terms(shares: Sequence[float],

@@ -22,7 +22,7 @@ class ExportError(Exception):
 
 
 def _missing_files(folder: str) -> List[str]:
-  return [name for name in ('saved_model.pb', serving.METADATA_FILE)
+  return [name for name in (serving.SAVED_MODEL_FILE, serving.METADATA_FILE)
           if not tf.io.gfile.exists(posixpath.join(folder, name))]
 
 
@@ -81,7 +81,7 @@ def resolve(model_dir: str) -> str:
   version being deleted) is skipped with a warning, so that a job goes on
   with the newest model it can load.
   """
-  if tf.io.gfile.exists(posixpath.join(model_dir, 'saved_model.pb')):
+  if tf.io.gfile.exists(posixpath.join(model_dir, serving.SAVED_MODEL_FILE)):
     return model_dir
   found = versions(model_dir)
   for version in sorted(found, reverse=True):
@@ -116,6 +116,13 @@ def load_metadata(export_dir: str) -> Dict:
   if not (type(version) is int and 0 <= version <= MAX_VERSION):  # pylint: disable=unidiomatic-typecheck
     raise ExportError(f'{path} has no version (a whole number below 2^63, '
                       f'as the version folders are named): {version!r}')
+  folder = export_dir.rstrip('/')
+  named = version_number(posixpath.basename(folder))
+  if (named is not None and 'version' in metadata and version != named and
+      posixpath.basename(posixpath.dirname(folder)) == serving.EXPORT_DIR):
+    # The scores would name a model that is not the one that made them.
+    raise ExportError(f'{path} says version {version}, but it is the '
+                      f'metadata of version folder {named}')
   problem = drift.reference_problem(metadata.get(drift.REFERENCE), names)
   if problem:
     raise ExportError(f'{path} has a {drift.REFERENCE} (the test split\'s '

@@ -76,6 +76,9 @@ def test_report_image_and_its_absence_without_matplotlib(monkeypatch):
     lambda r: r['label_shares'].pop('pos'),
     lambda r: r['label_shares'].update(pos='half'),
     lambda r: r.update(label_shares=None),
+    # Shares of no whole: a false drift alert on every partition.
+    lambda r: r['label_shares'].update(neg=1.0, pos=1.0),
+    lambda r: r['confidence_histogram']['shares'].__setitem__(0, 0.5),
 ])
 def test_an_edited_reference_is_no_reference(edit):
   found = drift.reference(['neg', 'pos'], np.array([[0.9, 0.1], [0.2, 0.8]]))

@@ -86,6 +86,9 @@ TARGETS = {
     'foreign files': _foreign,
     'a preprocessing output': _copy_of('preprocessed'),
     'a model folder': _copy_of('model'),
+    # One version of a model folder's export, copied out: a --model_dir of
+    # its own for the scoring job.
+    'a model export': _copy_of('export'),
     'a scoring output': _copy_of('scored'),
     'inside a preprocessing output': _inside('preprocessed'),
     'inside a model folder': _inside('model'),
@@ -115,7 +118,7 @@ def test_no_job_replaces_what_it_does_not_own(
     tmp_path, monkeypatch, capsys, synthetic_preprocessed, trained, scored,
     job, target, overwrite):
   outputs = {'preprocessed': synthetic_preprocessed, 'model': trained[0],
-             'scored': scored}
+             'export': trained[1], 'scored': scored}
   inputs = tmp_path / 'inputs'
   inputs.mkdir()
   corpus = write_jsonl(inputs / 'reviews.jsonl', synthetic_reviews(60, 0))

@@ -4,6 +4,7 @@ import logging
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -778,3 +779,32 @@ def test_a_partition_of_other_columns_needs_its_flag_and_readers_see_all(
           hive_partitioning = true, union_by_name = true)
       GROUP BY dt ORDER BY dt""").fetchall()
   assert counts == [(1, 0), (2, 10)]
+
+
+def test_a_partition_published_beside_this_one_meanwhile_is_checked_again(
+    tmp_path, trained, monkeypatch):
+  model_dir, _, _ = trained
+  corpus = write_jsonl(tmp_path / 'in.jsonl', [
+      {'id': str(i), 'text': 'a superb film', 'source': 'web'}
+      for i in range(10)])
+  root = tmp_path / 'scores'
+  common = [f'--input={corpus}', f'--model_dir={model_dir}',
+            f'--output_dir={root}']
+  score.run([*common, '--partition=dt=1'])
+  elsewhere = tmp_path / 'elsewhere'
+  score.run([f'--input={corpus}', f'--model_dir={model_dir}',
+             f'--output_dir={elsewhere}', '--partition=hour=1'])
+  real_write = score.report.write_drift_report
+
+  def another_run_publishes(*args):
+    # Another run into the same root, launched at the same time, finishes
+    # first: hourly partitions beside this run's daily one.
+    shutil.copytree(elsewhere / 'hour=1', root / 'hour=1')
+    return real_write(*args)
+
+  monkeypatch.setattr(score.report, 'write_drift_report',
+                      another_run_publishes)
+  with pytest.raises(cli.JobError, match='would mix layouts.*nothing was '
+                     'published'):
+    score.run([*common, '--partition=dt=2'])
+  assert sorted(os.listdir(root)) == ['dt=1', 'hour=1']

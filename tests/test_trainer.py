@@ -335,6 +335,17 @@ def test_metadata_that_does_not_describe_its_graph_is_refused(
   assert not result.stdout
 
 
+def test_a_version_folder_whose_metadata_names_another_version_is_refused(
+    tmp_path):
+  # Every score would name a model that did not make it.
+  tiny_export(tmp_path / serving.EXPORT_DIR / '1',
+              {'version': 7, 'label_names': ['neg', 'pos']})
+  with pytest.raises(exports.ExportError,
+                     match='says version 7, but it is the metadata of '
+                     'version folder 1'):
+    exports.load(str(tmp_path))
+
+
 def test_a_graph_whose_labels_contradict_the_metadata_is_refused(tmp_path):
   """No vocabulary file to compare with: the graph's own answers are."""
   tiny_export(tmp_path / serving.EXPORT_DIR / '1',

@@ -126,6 +126,21 @@ def check_sibling_schemas(output_dir: str, partition: str,
         'score into another --output_dir')
 
 
+def check_beside(settings: 'Settings', allow_schema_change: bool) -> None:
+  """The partitions beside this run's, checked again just before it
+  publishes (a JobError): another run into the same root may have
+  published a partition of another layout or other columns since the
+  checks at launch."""
+  try:
+    finished = finished_outputs(settings.output_dir)
+    check_partition_layout(settings.output_dir, settings.partition, finished)
+    if not allow_schema_change:
+      check_sibling_schemas(settings.output_dir, settings.partition,
+                            finished, settings.schema)
+  except ValueError as error:
+    raise cli.JobError(f'{error}; nothing was published') from error
+
+
 # Kept fields: (input field, output column) pairs.
 KeptColumns = Tuple[Tuple[str, str], ...]
 # The column suggested for a kept field that clashes with an output column.
@@ -194,6 +209,11 @@ class Settings:
   @property
   def label_names(self):
     return self.metadata['label_names']
+
+  @property
+  def schema(self) -> pa.Schema:
+    """The Parquet files' columns."""
+    return scored.arrow_schema(self.label_names, self.kept_schema)
 
   @property
   def confidence_edges(self):
