@@ -747,16 +747,22 @@ def test_scoring_into_an_object_store(trained, tmp_path):
             not m.path.startswith(partition + '/')] == []
 
 
-def test_a_partition_of_other_columns_needs_its_flag_and_readers_see_all(
-    tmp_path, trained, monkeypatch, capsys):
-  model_dir, _, _ = trained
+def _first_day(tmp_path, trained):
+  """A root with partition dt=1 of ten reviews with a source field; the
+  flags that scored it, bar the partition."""
   corpus = write_jsonl(tmp_path / 'in.jsonl', [
       {'id': str(i), 'text': 'a superb film', 'source': 'web'}
       for i in range(10)])
   root = tmp_path / 'scores'
-  common = [f'--input={corpus}', f'--model_dir={model_dir}',
+  common = [f'--input={corpus}', f'--model_dir={trained[0]}',
             f'--output_dir={root}']
   score.run([*common, '--partition=dt=1'])
+  return root, common
+
+
+def test_a_partition_of_other_columns_needs_its_flag_and_readers_see_all(
+    tmp_path, trained, monkeypatch, capsys):
+  root, common = _first_day(tmp_path, trained)
   # A new column (a model with a third label does the same): readers of
   # the root would take one partition's columns for all.
   status, stderr = main_in_process(
@@ -783,17 +789,9 @@ def test_a_partition_of_other_columns_needs_its_flag_and_readers_see_all(
 
 def test_a_partition_published_beside_this_one_meanwhile_is_checked_again(
     tmp_path, trained, monkeypatch):
-  model_dir, _, _ = trained
-  corpus = write_jsonl(tmp_path / 'in.jsonl', [
-      {'id': str(i), 'text': 'a superb film', 'source': 'web'}
-      for i in range(10)])
-  root = tmp_path / 'scores'
-  common = [f'--input={corpus}', f'--model_dir={model_dir}',
-            f'--output_dir={root}']
-  score.run([*common, '--partition=dt=1'])
+  root, common = _first_day(tmp_path, trained)
   elsewhere = tmp_path / 'elsewhere'
-  score.run([f'--input={corpus}', f'--model_dir={model_dir}',
-             f'--output_dir={elsewhere}', '--partition=hour=1'])
+  score.run([*common[:2], f'--output_dir={elsewhere}', '--partition=hour=1'])
   real_write = score.report.write_drift_report
 
   def another_run_publishes(*args):
