@@ -22,7 +22,9 @@ SUCCESS_MARKER = '_SUCCESS'
 PREPROCESSING = 'a preprocessing output'
 SCORING = 'a scoring output'
 MODEL = 'a model folder'
-# A SavedModel: one version of a model folder's export, or one copied out.
+# One version of a model folder's export, or one copied out: a SavedModel
+# with the trainer's metadata (the preprocessing output's transform_fn/ is
+# a SavedModel too, without it).
 EXPORT = 'a model export'
 
 # The model folder's own files at its top (besides its export folder and
@@ -39,7 +41,8 @@ MARKERS: Tuple[Tuple[Tuple[str, ...], str], ...] = (
     ((scored.MANIFEST_FILE,), SCORING),
     ((MODEL_LOCK,), MODEL),
     ((serving.EXPORT_DIR, MODEL_METRICS), MODEL),
-    ((serving.SAVED_MODEL_FILE,), EXPORT),
+    ((serving.SAVED_MODEL_FILE, posixpath.dirname(serving.METADATA_FILE)),
+     EXPORT),
 )
 
 
