@@ -445,14 +445,12 @@ def no_ngram(counts, fewest: Optional[int] = None) -> cli.JobError:
 @dataclasses.dataclass
 class Folds:
   """Cross-validation's plan: the examples in memory (train, then
-  validation with --refit) and the fold of each train example."""
+  validation with --refit), the train split's alone, and the fold of each
+  of those."""
   examples: data_lib.Examples
+  train: data_lib.Examples
   fold_of: np.ndarray
   groups: int
-
-  @property
-  def train(self) -> data_lib.Examples:
-    return self.examples.take(np.arange(len(self.fold_of)))
 
 
 def plan_folds(args, data: data_lib.PreprocessedData) -> Folds:
@@ -472,7 +470,7 @@ def plan_folds(args, data: data_lib.PreprocessedData) -> Folds:
   except ValueError as error:
     raise cli.JobError(f'--folds={args.folds}: {error}; use fewer folds or '
                        'a smaller --batch_size') from error
-  return Folds(examples, fold_of, len(set(keys)))
+  return Folds(examples, train_examples, fold_of, len(set(keys)))
 
 
 def cross_validate(args, params: model_lib.ModelParams,
