@@ -4,9 +4,10 @@
 ends the run reaches the user as one ``error: …`` line and a documented
 exit status, never a traceback (``--verbose`` shows them). A job raises
 ``JobError`` for a fault of the whole job (a bad flag, a missing model, an
-input it cannot list); a full or read-only disk, SIGTERM and SIGINT are
-recognised whatever a runner made of them; anything else is a failure of
-its own status, 1.
+input it cannot list); a full or read-only disk, SIGTERM, SIGINT and SIGHUP
+are recognised whatever a runner made of them; anything else is a failure
+of its own status, 1. Every process the run starts ends with it, however it
+ends (``lifetime``).
 """
 import atexit
 import errno
@@ -16,8 +17,11 @@ import os
 import re
 import signal
 import sys
+import threading
 import traceback
 from typing import Callable, Iterator, List, Optional
+
+from cli import lifetime
 
 # Exit statuses a scheduler can act on.
 EXIT_FAILED = 1  # an unexpected failure; --verbose shows its traceback
@@ -29,9 +33,14 @@ EXIT_INCOMPLETE_INPUT = 3
 EXIT_TOO_MANY_REJECTED = 4
 # The model failed on whole batches: nothing was published.
 EXIT_MODEL_FAILED = 5
+# A cluster runner showed no progress for --stall_seconds (a lost worker, a
+# stopped master): the job was cancelled and nothing was published.
+EXIT_NO_PROGRESS = 6
 # Stopped by a signal: 128 + its number.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
+# A closed terminal or a dropped ssh session.
+EXIT_HUNG_UP = 128 + signal.SIGHUP
 # Standard output's reader went away.
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 VERBOSE_FLAG = '--verbose'
@@ -86,7 +95,7 @@ def _disk_fault(error: BaseException) -> Optional[str]:
 
 
 class Stopped(BaseException):
-  """Raised in the main thread by SIGTERM or SIGINT: a BaseException, so
+  """Raised in the main thread by SIGTERM, SIGINT or SIGHUP: a BaseException, so
   that no ``except Exception`` on the way swallows it, and the job unwinds
   (its staged output discarded) like any failure."""
 
@@ -155,10 +164,29 @@ class _WithoutTracebacks(logging.Filter):
     return True
 
 
+def _thread_failure_logger(verbose: bool):
+  """A ``threading.excepthook`` that logs a thread's uncaught exception as
+  one record, its traceback only with --verbose. Python's own hook prints
+  the traceback a line at a time, and a runner's threads fail by the
+  dozen as a failed job is torn down: their lines cut into the error line
+  that follows."""
+  def log(args):
+    if args.exc_type is SystemExit:
+      return
+    name = args.thread.name if args.thread else 'a thread'
+    first_line = (str(args.exc_value).strip().splitlines() or [''])[0]
+    logging.getLogger(__name__).warning(
+        '%s ended by %s: %s', name, args.exc_type.__name__, first_line,
+        exc_info=((args.exc_type, args.exc_value, args.exc_traceback)
+                  if verbose else None))
+  return log
+
+
 def _configure_logging(verbose: bool) -> None:
   logging.basicConfig(
       level=logging.DEBUG if verbose else logging.INFO,
       format='%(asctime)s %(levelname)s %(message)s')
+  threading.excepthook = _thread_failure_logger(verbose)
   if verbose:
     return
   # Keep the job's own lines readable.
@@ -205,16 +233,46 @@ def _drop_stdout() -> None:
   os.close(devnull)
 
 
+def _is_fd2(stream) -> bool:
+  """Whether ``stream`` writes to this process's standard error file (not
+  to a test's capture of it)."""
+  try:
+    return stream.fileno() == 2
+  except (AttributeError, OSError, ValueError):
+    return False
+
+
+def _say_last(line: str, verbose: bool) -> None:
+  """Writes ``line`` to standard error in one write, where no log record is
+  half written, as the run's last words: without --verbose, what libraries
+  print while the process unwinds after it (a runner's threads, its job
+  server's shutdown) goes nowhere."""
+  handlers = logging.getLogger().handlers
+  for handler in handlers:
+    handler.acquire()
+  try:
+    if not verbose and not _ERROR_STREAM and _is_fd2(sys.stderr):
+      _silence_stderr()
+    stream = _ERROR_STREAM[0] if _ERROR_STREAM else sys.stderr
+    stream.write(line + '\n')
+    stream.flush()
+  finally:
+    for handler in handlers:
+      handler.release()
+
+
 def main(run: Callable[[Optional[List[str]]], object]) -> None:
   """Runs a job's ``run(argv)`` as a command-line program."""
   argv = sys.argv[1:]
   verbose = VERBOSE_FLAG in argv
   _configure_logging(verbose)
-  # Schedulers stop a job with SIGTERM first; Python would die on it, or
-  # on SIGINT in a runner's thread, without unwinding.
+  # Schedulers stop a job with SIGTERM first, a closed terminal with
+  # SIGHUP; Python would die on them, or on SIGINT in a runner's thread,
+  # without unwinding.
   stop = functools.partial(_stop, silence=not verbose)
-  signal.signal(signal.SIGTERM, stop)
-  signal.signal(signal.SIGINT, stop)
+  for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, stop)
+  lifetime.start()
   try:
     run(argv)
   except SystemExit:
@@ -228,8 +286,7 @@ def main(run: Callable[[Optional[List[str]]], object]) -> None:
     status, message = _outcome(error)
     if verbose:
       traceback.print_exc()
-    stream = _ERROR_STREAM[0] if _ERROR_STREAM else sys.stderr
-    print(f'error: {message}', file=stream, flush=True)
+    _say_last(f'error: {message}', verbose)
     if _STOPPED_BY:
       _exit_at_once(status)
     sys.exit(status)

@@ -2,8 +2,9 @@
 python -m clusters {flink,spark} [--run_dir=DIR]
 
 ``fetch`` gets and caches what a runner needs; ``flink`` and ``spark`` run a
-cluster on 127.0.0.1 until Ctrl-C (or SIGTERM), after printing the flags
-that send either job to it."""
+cluster on 127.0.0.1 until Ctrl-C (or SIGTERM, or SIGHUP: a closed
+terminal), after printing the flags that send either job to it. Killed
+outright, its watchdog stops the cluster's processes (``cli.lifetime``)."""
 import argparse
 import pathlib
 import signal
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import threading
 
+from cli import lifetime
 from clusters import artifacts
 from clusters import flink
 from clusters import processes
@@ -43,7 +45,9 @@ def main(argv=None) -> int:
     run_dir = args.run_dir or pathlib.Path(
         tempfile.mkdtemp(prefix=f'{args.command}-'))
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+      signal.signal(signum, lambda *_: stop.set())
+    lifetime.start()
     with CLUSTERS[args.command](run_dir.resolve()) as running:
       print(f'{args.command} is up (logs in {run_dir}); run either job with:',
             flush=True)

@@ -1,9 +1,12 @@
 """Long-running processes of a cluster: started with their output in a log
 file, waited for until they answer, and stopped whatever happens."""
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import time
@@ -39,28 +42,49 @@ def _tail(log: Optional[pathlib.Path]) -> str:
   return ''
 
 
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)
+
+
+def _end_with_parent() -> None:
+  """In the child, before exec: SIGTERM when the process that started it
+  ends (Linux), however it ended; a watchdog (``cli.lifetime``) covers the
+  rest where one runs."""
+  if hasattr(_LIBC, 'prctl'):
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+  with contextlib.suppress(ProcessLookupError, PermissionError):
+    os.killpg(process.pid, signum)
+
+
 @contextlib.contextmanager
 def started(command: Sequence, log: Optional[pathlib.Path],
             env: Optional[dict] = None,
             cwd: Optional[pathlib.Path] = None) -> Iterator[subprocess.Popen]:
-  """Runs ``command`` for the context, its output in ``log`` (None: nowhere);
-  on the way out SIGTERM, and SIGKILL if it is not gone in 30 s."""
+  """Runs ``command`` for the context in a process group of its own, its
+  output in ``log`` (None: nowhere); on the way out SIGTERM to the group
+  (a worker pool's workers too), and SIGKILL if it is not gone in 30 s."""
   if log is not None:
     log.parent.mkdir(parents=True, exist_ok=True)
   with (open(log, 'ab') if log is not None else
         open(os.devnull, 'wb')) as output:
     process = subprocess.Popen([str(part) for part in command], stdout=output,
                                stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                               start_new_session=True)
+                               start_new_session=True,
+                               preexec_fn=_end_with_parent)
   try:
     yield process
   finally:
-    process.terminate()
+    _signal_group(process, signal.SIGTERM)
     try:
       process.wait(timeout=30)
     except subprocess.TimeoutExpired:
-      process.kill()
+      _signal_group(process, signal.SIGKILL)
       process.wait()
+    # What the group's leader left behind it.
+    _signal_group(process, signal.SIGKILL)
 
 
 def wait_until(ready: Callable[[], bool], processes: Sequence, what: str,

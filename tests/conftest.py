@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import cli
+from cli import lifetime
 from pipeline import jobs
 from schemas import rejected
 
@@ -74,8 +75,10 @@ def main_in_process(monkeypatch, capsys, run, *args):
   """Runs a job's ``run`` as ``python -m`` runs it, through ``cli.main``, in
   this process, which has TF and Beam imported already. Returns the exit
   status (0 when it returned) and what the job wrote to stderr."""
-  # main installs signal handlers; the test process keeps its own.
+  # main installs signal handlers; the test process keeps its own. Nor
+  # does it get a watchdog: its other children are not the job's.
   monkeypatch.setattr(signal, 'signal', lambda *_: None)
+  monkeypatch.setattr(lifetime, 'start', lambda: None)
   # A stopped run leaves by os._exit, which would end the test process.
   monkeypatch.setattr(cli, '_exit_at_once', sys.exit)
   monkeypatch.setattr(sys, 'argv', ['job', *map(str, args)])
