@@ -2,17 +2,17 @@
 pipeline."""
 import argparse
 import importlib
-import json
 import logging
+import socket
+import threading
 from typing import Callable, List, Optional, Sequence
-import urllib.request
-import uuid
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import FlinkRunnerOptions
 from apache_beam.options.pipeline_options import GoogleCloudOptions
+from apache_beam.options.pipeline_options import JobServerOptions
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
@@ -21,6 +21,7 @@ from apache_beam.runners.runner import PipelineState
 
 import cli
 from cli import flags
+from pipeline import watch
 
 # DirectRunner first tries to download the Prism runner, which an offline or
 # locked-down machine cannot do; FnApiRunner is the engine DirectRunner then
@@ -116,23 +117,52 @@ def pipeline_options(pipeline_args: List[str]) -> PipelineOptions:
   standard = options.view_as(StandardOptions)
   if standard.runner is None:
     standard.runner = DEFAULT_RUNNER
-  if _flink_rest_url(options):
-    names = options.view_as(GoogleCloudOptions)
-    # The name the Flink cluster gives the job: how _cancel finds it.
-    names.job_name = names.job_name or f'beam-text-classifier-{uuid.uuid4()}'
   return options
+
+
+def _runner(options: PipelineOptions) -> str:
+  return (options.view_as(StandardOptions).runner or '').lower().replace(
+      'runner', '')
 
 
 def _flink_rest_url(options: PipelineOptions) -> Optional[str]:
   """The REST address of the Flink cluster a FlinkRunner job goes to; None
   for another runner, or Flink's embedded mini-cluster."""
-  if options.view_as(StandardOptions).runner not in ('FlinkRunner',
-                                                     'flink'):
+  if _runner(options) != 'flink':
     return None
   master = options.view_as(FlinkRunnerOptions).flink_master.strip()
   if master.startswith('['):  # [local], [auto], [collection]
     return None
   return master if '://' in master else f'http://{master}'
+
+
+def _free_port() -> int:
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    return probe.getsockname()[1]
+
+
+_SPARK_UI_PORT = '-Dspark.ui.port='
+
+
+def _cluster_view(options: PipelineOptions) -> watch.View:
+  """How this run sees its job on a cluster runner, its options set for
+  it: a name of its own on the cluster; for Spark, the port of the driver's
+  UI (the driver runs in the job server the launcher starts)."""
+  names = options.view_as(GoogleCloudOptions)
+  rest_url = _flink_rest_url(options)
+  if rest_url:
+    names.job_name = watch.unique_job_name(names.job_name)
+    return watch.FlinkView(rest_url, names.job_name)
+  if _runner(options) == 'spark':
+    names.job_name = watch.unique_job_name(names.job_name)
+    properties = options.view_as(JobServerOptions).job_server_jvm_properties
+    given = [p for p in properties if p.startswith(_SPARK_UI_PORT)]
+    port = given[-1][len(_SPARK_UI_PORT):] if given else str(_free_port())
+    if not given:
+      properties.append(_SPARK_UI_PORT + port)
+    return watch.SparkView(f'http://localhost:{port}', names.job_name)
+  return watch.View()
 
 
 def check_runner_options(pipeline_args: List[str]) -> None:
@@ -159,56 +189,57 @@ def configure_filesystems(pipeline_args: List[str]) -> None:
 
 
 def run_pipeline(pipeline_args: List[str],
-                 build: Callable[[beam.Pipeline], None]):
+                 build: Callable[[beam.Pipeline], None],
+                 stall_seconds: float = 0, progress_seconds: float = 0):
   """Builds a pipeline with ``build`` and runs it to the end; returns the
-  runner's result, whose metrics the job may report."""
+  runner's result, whose metrics the job may report. On a cluster runner
+  the wait is bounded by the job's progress (``watch``)."""
   if not any(isinstance(f, _WithoutEmptySinkNotice)
              for f in _SINK_LOGGER.filters):
     _SINK_LOGGER.addFilter(_WithoutEmptySinkNotice())
   options = pipeline_options(pipeline_args)
+  view = _cluster_view(options)
   pipeline = beam.Pipeline(options=options)
   build(pipeline)
+  view.submitting()
   result = pipeline.run()
   try:
-    result.wait_until_finish()
+    quiet = watch.wait(result, view, stall_seconds, progress_seconds)
   except BaseException:
-    _cancel(result, options)
+    _cancel(result, view)
     raise
+  if quiet is not None:
+    logging.info('the runner\'s longest spell without progress: %.0f s '
+                 '(--stall_seconds=%g)', quiet, stall_seconds)
   return result
 
 
-def _cancel(result, options: PipelineOptions) -> None:
+# How long the job service may take to answer a cancel: one that no longer
+# answers (its cluster gone) must not keep the launcher.
+_CANCEL_SECONDS = 30
+
+
+def _cancel(result, view: watch.View) -> None:
   """Cancels the job behind ``result`` when the launcher stops waiting for
-  it (a signal, a failure): a cluster runner (Flink, Spark, Dataflow) would
-  otherwise run it on, writing into a staging folder that is being
-  removed. A job that has ended already, or a runner that cannot cancel,
-  leaves nothing to do."""
-  try:
-    if not PipelineState.is_terminal(result.state):
-      result.cancel()
-  except Exception as error:  # pylint: disable=broad-except
-    logging.warning('could not cancel the pipeline: %s', error)
-  rest_url = _flink_rest_url(options)
-  if rest_url:
-    _cancel_on_flink(rest_url, options.view_as(GoogleCloudOptions).job_name)
+  it (a signal, a failure, no progress): a cluster runner (Flink, Spark,
+  Dataflow) would otherwise run it on, writing into a staging folder that
+  is being removed. The job service cancels by the job's id; Beam's Flink
+  job server marks a job on a remote cluster cancelled without cancelling
+  it there, so the view cancels it by the id the cluster gave it too. A
+  job that has ended already, or a runner that cannot cancel, leaves
+  nothing to do."""
+  def cancel():
+    try:
+      if not PipelineState.is_terminal(result.state):
+        result.cancel()
+    except Exception as error:  # pylint: disable=broad-except
+      logging.warning('could not cancel the pipeline: %s', error)
 
-
-_FLINK_ENDED = ('FINISHED', 'CANCELED', 'FAILED')
-
-
-def _cancel_on_flink(rest_url: str, job_name: str) -> None:
-  """Beam's Flink job server marks a job cancelled without cancelling it
-  on a remote cluster: Flink's REST API does, by the job's name."""
-  try:
-    with urllib.request.urlopen(f'{rest_url}/jobs/overview',
-                                timeout=10) as response:
-      found = json.load(response)['jobs']
-    for job in found:
-      if job['name'] == job_name and job['state'] not in _FLINK_ENDED:
-        urllib.request.urlopen(urllib.request.Request(
-            f'{rest_url}/jobs/{job["jid"]}?mode=cancel', method='PATCH'),
-                               timeout=10).close()
-  except (OSError, ValueError, KeyError) as error:
-    logging.warning('could not cancel the job on Flink at %s: %s', rest_url,
-                    error)
+  cancelling = threading.Thread(target=cancel, name='cancel', daemon=True)
+  cancelling.start()
+  cancelling.join(_CANCEL_SECONDS)
+  if cancelling.is_alive():
+    logging.warning('the job service did not answer the cancel in %d s',
+                    _CANCEL_SECONDS)
+  view.cancel()
 

@@ -232,7 +232,8 @@ def run(argv=None):
                                 settings.read_config.format, sample),
                             passes=2):
       jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
-          pipeline, settings, staging))
+          pipeline, settings, staging), args.stall_seconds,
+                        args.progress_seconds)
     tally = records.pop_tally(staging)
     tally.reconcile()
     if tally.read and not tally.written.get(raw.TRAIN):

@@ -102,11 +102,22 @@ class Reporter:
     self._thread.join()
 
 
+# The longest a job on a cluster runner may show no progress: well above
+# the longest quiet spell of a healthy job (docs/runners.md#bounded-waits).
+STALL_SECONDS = 600
+
+
 def add_argument(parser) -> None:
   parser.add_argument(
       '--progress_seconds', type=flags.number(0, 24 * 3600), default=30,
       help='Log a progress line this often while the pipeline runs in this '
-      'process (the local runners); 0 never.')
+      'process (the local runners) or on a Flink or Spark cluster; 0 never.')
+  parser.add_argument(
+      '--stall_seconds', type=flags.number(0, 7 * 24 * 3600),
+      default=STALL_SECONDS,
+      help='Cancel the job and fail (exit status 6) when its Flink or Spark '
+      'cluster shows no progress for this long (no task finished, no record '
+      'moved: a lost worker, a stopped master); 0 waits for ever.')
 
 
 # The reporter of this process while a job runs in it, if any.

@@ -133,12 +133,13 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
 
 
 def run_pipeline(pipeline_args, settings: settings_lib.Settings,
-                 staging: str):
+                 staging: str, stall_seconds: float = 0,
+                 progress_seconds: float = 0):
   """Runs the scoring pipeline; a ModelFailure when the model failed on a
   whole batch in a worker, whatever the runner made of the exception."""
   try:
     return jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
-        pipeline, settings, staging))
+        pipeline, settings, staging), stall_seconds, progress_seconds)
   except Exception as error:  # pylint: disable=broad-except
     failure = inference.model_failure(error)
     if failure:
@@ -161,7 +162,8 @@ def run(argv=None):
                             progress.estimate_records(
                                 settings.pattern,
                                 settings.read_config.format, sample)):
-      result = run_pipeline(pipeline_args, settings, staging)
+      result = run_pipeline(pipeline_args, settings, staging,
+                            args.stall_seconds, args.progress_seconds)
     tally = records.pop_tally(staging)
     tally.reconcile()
     rejections.check_budget(tally, settings.max_rejected_fraction,
