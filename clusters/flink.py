@@ -47,6 +47,8 @@ class Cluster(NamedTuple):
   # The jobs' flags that submit to it, SDK workers in its worker pool.
   runner_flags: List[str]
   worker_pool: workers.Pool
+  # Its JVMs by role: jobmanager, taskmanager.
+  processes: Dict[str, subprocess.Popen]
 
 
 def _java_options(dist_jar: pathlib.Path) -> str:
@@ -114,7 +116,7 @@ def session_cluster(run_dir: pathlib.Path, slots: int = 2) -> Iterator[Cluster]:
   (conf / 'log4j.properties').write_text(_LOG4J)
   java_options = _java_options(dist_jar).split()
   rest_url = f'http://127.0.0.1:{ports["rest"]}'
-  started = []
+  started, roles = [], {}
   with contextlib.ExitStack() as stack:
     for name, main, process in (('jobmanager', _JOBMANAGER, 'JM'),
                                 ('taskmanager', _TASKMANAGER, 'TM')):
@@ -125,6 +127,7 @@ def session_cluster(run_dir: pathlib.Path, slots: int = 2) -> Iterator[Cluster]:
            f'-Dlog4j.configurationFile=file:{conf / "log4j.properties"}',
            '-classpath', classpath, main, '--configDir', conf, *settings],
           run_dir / f'{name}.out')), log))
+      roles[name] = started[-1][0]
     processes.wait_until(
         lambda: processes.get_json(f'{rest_url}/overview')[
             'slots-available'] == slots, started, 'the Flink cluster')
@@ -133,7 +136,7 @@ def session_cluster(run_dir: pathlib.Path, slots: int = 2) -> Iterator[Cluster]:
         '--runner=FlinkRunner', f'--flink_master=127.0.0.1:{ports["rest"]}',
         f'--flink_version={FLINK_VERSION}',
         f'--flink_job_server_jar={artifacts.job_server_jar("flink")}',
-        f'--parallelism={slots}', *pool.flags], pool)
+        f'--parallelism={slots}', *pool.flags], pool, roles)
 
 
 def local_flags() -> List[str]:

@@ -4,7 +4,8 @@ Spark distribution's)."""
 import contextlib
 import os
 import pathlib
-from typing import Iterator, List, NamedTuple
+import subprocess
+from typing import Dict, Iterator, List, NamedTuple
 
 from clusters import artifacts
 from clusters import processes
@@ -17,6 +18,9 @@ class Cluster(NamedTuple):
   # The jobs' flags that submit to it, SDK workers in its worker pool.
   runner_flags: List[str]
   worker_pool: workers.Pool
+  # Its JVMs (through spark-class, which execs them) by role: master,
+  # worker.
+  processes: Dict[str, subprocess.Popen]
 
 
 @contextlib.contextmanager
@@ -35,7 +39,7 @@ def standalone_cluster(run_dir: pathlib.Path, cores: int = 2,
   spark_class = home / 'bin' / 'spark-class'
   spark_class.chmod(0o755)
   with contextlib.ExitStack() as stack:
-    started = []
+    started, roles = [], {}
     for name, command in (
         ('master', ['org.apache.spark.deploy.master.Master', '--host',
                     '127.0.0.1', '--port', master_port, '--webui-port',
@@ -46,6 +50,7 @@ def standalone_cluster(run_dir: pathlib.Path, cores: int = 2,
       log = run_dir / f'{name}.log'
       started.append((stack.enter_context(processes.started(
           ['bash', spark_class, *command], log, env=env)), log))
+      roles[name] = started[-1][0]
       if name == 'master':
         processes.wait_until(lambda: processes.listens(master_port), started,
                              'the Spark master')
@@ -56,7 +61,7 @@ def standalone_cluster(run_dir: pathlib.Path, cores: int = 2,
     yield Cluster(master_url, ui_url, [
         '--runner=SparkRunner', f'--spark_master_url={master_url}',
         f'--spark_job_server_jar={artifacts.job_server_jar("spark")}',
-        *pool.flags], pool)
+        *pool.flags], pool, roles)
 
 
 def applications(ui_url: str) -> dict:

@@ -1,8 +1,10 @@
 """What every runner beyond the default must give (tests/test_runners.py,
 tests/test_cluster_*.py): the default runner's preprocessing output and
-scores, exit 5 with nothing published for
-a model that fails on every batch, and a SIGTERM that leaves the published
-partition as it was, the cluster's job cancelled and no job server behind.
+scores, exit 5 with nothing published for a model that fails on every
+batch, and, whatever fault ends a run (a signal to the launcher, SIGKILL
+included; a worker killed; the cluster stopped), a bounded end with one
+error line, the published partition as it was, nothing of the run left
+running, and a rerun that publishes.
 Each check takes the runner's flags; the clusters come from ``clusters``."""
 import contextlib
 import glob
@@ -15,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -287,29 +290,88 @@ def wait_for(condition, seconds=300, process=None):
     time.sleep(0.2)
 
 
-def sigterm_cancels_the_job(flags, trained, tmp_path, job_running,
-                            job_cancelled=lambda name: True):
-  """SIGTERM to a launcher whose job runs on the cluster: exit 143, the
-  published partition as it was, the cluster's job cancelled
-  (``job_cancelled(name)`` comes true) and every process the launcher
-  started gone. ``job_running(name, launcher)``: the cluster runs the job
-  named ``name`` that the process ``launcher`` submitted."""
+def descendants(pid: int):
+  """Every process below ``pid``: its children, theirs, and so on."""
+  found = children(pid)
+  for child in list(found):
+    found.extend(descendants(child))
+  return found
+
+
+# Documents the runners take about a minute to score: a job to stop while it
+# runs.
+LARGE_CORPUS = 100_000
+
+
+class Fault(NamedTuple):
+  """What happens to a run on a runner, and how the run must end."""
+  # Does it to the run, given the launcher process and the job's name.
+  inject: Callable[[subprocess.Popen, str], None]
+  # The launcher's exit statuses that may end it (negative: the signal
+  # that killed it): a runner that notices the fault fails the job (1)
+  # unless no progress for --stall_seconds ended it first (6).
+  status: Tuple[int, ...]
+  # What the launcher's last line of standard error, its one error line,
+  # matches; None where it was killed and says nothing.
+  error: Optional[str]
+  # Seconds from the fault to the launcher's end.
+  bound: float = 120
+
+
+def signalled(signum: int) -> Fault:
+  """A signal to the launcher: a scheduler's SIGTERM, a closed terminal's
+  SIGHUP, SIGINT, or SIGKILL (the OOM killer, a preempted node)."""
+  if signum == signal.SIGKILL:
+    return Fault(lambda launcher, _: launcher.kill(), (-signal.SIGKILL,),
+                 None)
+  return Fault(lambda launcher, _: launcher.send_signal(signum),
+               (128 + signum,),
+               f'error: stopped by {signal.Signals(signum).name}; nothing '
+               'was published')
+
+
+def a_fault_ends_the_run(flags, trained, tmp_path, fault: Fault, running,
+                         job_ended=lambda name: True):
+  """A run of the scoring job on a runner (its ``flags``), once
+  ``running(job name, launcher)`` holds, suffers ``fault``: the launcher
+  ends within the fault's bound, with its status and one error line, the
+  last; the published partition stays as it was; every process the run
+  started ends, the cluster's job with it (``job_ended(name)`` comes true);
+  and a rerun publishes."""
   model_dir, _, _ = trained
   output_dir = tmp_path / 'scores'
   published = publish_a_partition(trained, output_dir)
   corpus = write_jsonl(tmp_path / 'large.jsonl',
-                       synthetic_reviews(100_000, 44))
-  name = f'sigterm-{os.getpid()}-{time.monotonic_ns()}'
-  process = start_scoring([f'--input={corpus}', f'--model_dir={model_dir}',
-                           f'--output_dir={output_dir}', '--partition=dt=1',
-                           f'--job_name={name}', *flags])
-  wait_for(lambda: job_running(name, process), process=process)
-  started = children(process.pid)
-  process.send_signal(signal.SIGTERM)
-  _, stderr = process.communicate(timeout=120)
-  assert process.returncode == cli.EXIT_TERMINATED, stderr[-3000:]
-  assert stderr.splitlines()[-1] == (
-      'error: stopped by SIGTERM; nothing was published')
+                       synthetic_reviews(LARGE_CORPUS, 44))
+  name = f'fault-{os.getpid()}-{time.monotonic_ns()}'
+  launcher = start_scoring([f'--input={corpus}', f'--model_dir={model_dir}',
+                            f'--output_dir={output_dir}', '--partition=dt=1',
+                            f'--job_name={name}', *flags])
+  try:
+    wait_for(lambda: running(name, launcher), process=launcher)
+    started = descendants(launcher.pid)
+    fault.inject(launcher, name)
+    launcher.wait(timeout=fault.bound)
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+  _, stderr = launcher.communicate(timeout=120)
+  assert launcher.returncode in fault.status, stderr[-3000:]
+  lines = stderr.splitlines()
+  errors = [line for line in lines if line.startswith('error: ')]
+  if fault.error is None:
+    assert not errors, errors
+    assert any(line.startswith('watchdog: ') for line in lines), (
+        stderr[-3000:])
+  else:
+    assert errors == lines[-1:] and re.fullmatch(fault.error, errors[0]), (
+        stderr[-3000:])
   assert tree(output_dir) == published
-  wait_for(lambda: job_cancelled(name), seconds=60)
+  wait_for(lambda: job_ended(name), seconds=60)
   wait_for(lambda: not any(alive(pid) for pid in started), seconds=60)
+  rerun = score.run([f'--input={tmp_path / "first.jsonl"}',
+                     f'--model_dir={model_dir}', f'--output_dir={output_dir}',
+                     '--partition=dt=1'])
+  assert rerun['counts']['scored'] == len(scored_rows(output_dir / 'dt=1'))
+  assert tree(output_dir) != published
+  print(f'{launcher.returncode}: {lines[-1]}')  # what an operator reads

@@ -1,10 +1,15 @@
 """Both jobs on a Flink session cluster (a JobManager and a TaskManager, two
 JVMs on 127.0.0.1, SDK workers in an EXTERNAL worker pool) and on Flink's
-embedded mini-cluster, against the default runner (make test-runners)."""
+embedded mini-cluster, against the default runner, and the faults a Flink
+run meets (make test-runners)."""
+import signal
+import subprocess
+
 import pytest
 
 from clusters import flink
 from tests import runner_checks
+from tests.runner_checks import Fault
 from tests.runner_checks import preprocessed_by_default  # pylint: disable=unused-import
 
 pytestmark = pytest.mark.runners
@@ -16,8 +21,28 @@ def session(tmp_path_factory):
     yield cluster
 
 
+@pytest.fixture
+def own_session(tmp_path):
+  """A cluster of the test's own, for a fault that breaks it."""
+  with flink.session_cluster(tmp_path / 'flink') as cluster:
+    yield cluster
+
+
 def named(cluster, name):
-  return [job for job in flink.jobs(cluster.rest_url) if job['name'] == name]
+  """The cluster's jobs of the run whose --job_name is ``name``: the
+  launcher names its job NAME-<run>."""
+  return [job for job in flink.jobs(cluster.rest_url)
+          if job['name'].startswith(f'{name}-')]
+
+
+def runs_on(cluster):
+  return lambda name, _: any(job['state'] == 'RUNNING'
+                             for job in named(cluster, name))
+
+
+def ended_as(cluster, *states):
+  return lambda name: [job['state'] for job in named(cluster, name)] in [
+      [state] for state in states]
 
 
 def test_preprocess_on_a_flink_cluster(session, preprocessed_by_default,
@@ -40,13 +65,74 @@ def test_a_failing_model_on_a_flink_cluster_exits_5(session, trained,
                                                    trained, tmp_path)
 
 
-def test_sigterm_cancels_the_flink_job(session, trained, tmp_path):
-  runner_checks.sigterm_cancels_the_job(
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGKILL],
+                         ids=['sigterm', 'sigkill'])
+def test_a_stopped_launcher_cancels_its_flink_job(session, trained, tmp_path,
+                                                  signum):
+  """SIGKILL too: the launcher's watchdog cancels the job by its id and
+  stops the job server."""
+  runner_checks.a_fault_ends_the_run(
+      session.runner_flags, trained, tmp_path, runner_checks.signalled(signum),
+      running=runs_on(session), job_ended=ended_as(session, 'CANCELED'))
+
+
+def test_a_launcher_cancels_only_its_own_job(session, trained, tmp_path):
+  """Two launchers given one --job_name (a scheduler reusing a name): a
+  SIGTERM to one cancels its job, by id, and the other publishes."""
+  model_dir, _, _ = trained
+  corpus = runner_checks.write_jsonl(
+      tmp_path / 'namesake.jsonl', runner_checks.synthetic_reviews(5_000, 3))
+  namesakes = {}
+
+  def start_a_namesake(launcher, name):
+    namesakes['process'] = runner_checks.start_scoring([
+        f'--input={corpus}', f'--model_dir={model_dir}',
+        f'--output_dir={tmp_path / "namesake"}', f'--job_name={name}',
+        *session.runner_flags])
+    runner_checks.wait_for(lambda: len(named(session, name)) == 2,
+                           process=namesakes['process'])
+    launcher.send_signal(signal.SIGTERM)
+
+  runner_checks.a_fault_ends_the_run(
       session.runner_flags, trained, tmp_path,
-      job_running=lambda name, _: any(
-          job['state'] == 'RUNNING' for job in named(session, name)),
-      job_cancelled=lambda name: [job['state'] for job in named(
-          session, name)] == ['CANCELED'])
+      Fault(start_a_namesake, (128 + signal.SIGTERM,),
+            'error: stopped by SIGTERM; nothing was published'),
+      running=runs_on(session),
+      job_ended=lambda name: sorted(
+          job['state'] for job in named(session, name)) in (
+              ['CANCELED', 'FINISHED'], ['CANCELED', 'RUNNING']))
+  _, stderr = namesakes['process'].communicate(timeout=300)
+  assert namesakes['process'].returncode == 0, stderr[-3000:]
+  assert len(runner_checks.scored_rows(tmp_path / 'namesake')) == 5_000
+
+
+def stop(process: subprocess.Popen, signum: int) -> None:
+  process.send_signal(signum)
+  process.wait(timeout=60)
+
+
+# A bound on a run without progress that a test can wait for.
+STALL = '--stall_seconds=30'
+
+
+def test_a_lost_taskmanager_ends_the_run(own_session, trained, tmp_path):
+  runner_checks.a_fault_ends_the_run(
+      [*own_session.runner_flags, STALL], trained, tmp_path,
+      Fault(lambda *_: stop(own_session.processes['taskmanager'],
+                            signal.SIGKILL), (6,), r'error: no progress .*'),
+      running=runs_on(own_session),
+      job_ended=ended_as(own_session, 'FAILED', 'CANCELED'))
+
+
+def test_a_stopped_flink_cluster_ends_the_run(own_session, trained, tmp_path):
+  def stop_the_cluster(*_):
+    for role in ('taskmanager', 'jobmanager'):
+      stop(own_session.processes[role], signal.SIGTERM)
+
+  runner_checks.a_fault_ends_the_run(
+      [*own_session.runner_flags, STALL], trained, tmp_path,
+      Fault(stop_the_cluster, (1, 6), r'error: .*'),
+      running=runs_on(own_session))
 
 
 def test_preprocess_on_flinks_mini_cluster(preprocessed_by_default, tmp_path):
@@ -57,3 +143,17 @@ def test_preprocess_on_flinks_mini_cluster(preprocessed_by_default, tmp_path):
 def test_score_on_flinks_mini_cluster(trained, tmp_path):
   runner_checks.scores_as_the_default_runner(
       flink.local_flags(), trained, tmp_path, metrics='committed')
+
+
+def job_server_runs(_, launcher):
+  return any('job-server' in runner_checks.command_line(pid)
+             for pid in runner_checks.children(launcher.pid))
+
+
+@pytest.mark.parametrize('signum', [signal.SIGHUP, signal.SIGKILL],
+                         ids=['sighup', 'sigkill'])
+def test_a_stopped_launcher_stops_flinks_mini_cluster(trained, tmp_path,
+                                                      signum):
+  runner_checks.a_fault_ends_the_run(
+      flink.local_flags(), trained, tmp_path, runner_checks.signalled(signum),
+      running=job_server_runs)

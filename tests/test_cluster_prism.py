@@ -1,6 +1,8 @@
 """Both jobs on Beam's Prism runner, built from the Go module proxy at the
 SDK's version and installed where Beam looks for it, against the default
 runner (make test-runners)."""
+import signal
+
 import pytest
 from apache_beam.runners.portability import prism_runner
 
@@ -65,8 +67,15 @@ def test_a_failing_model_on_prism_exits_5(prism, trained, tmp_path):
   runner_checks.a_failing_model_publishes_nothing(prism, trained, tmp_path)
 
 
-def test_sigterm_stops_prism(prism, trained, tmp_path):
-  runner_checks.sigterm_cancels_the_job(
-      prism, trained, tmp_path, job_running=lambda _, launcher: any(
-          'prism' in runner_checks.command_line(pid)
-          for pid in runner_checks.children(launcher.pid)))
+def prism_runs(_, launcher):
+  return any('prism' in runner_checks.command_line(pid)
+             for pid in runner_checks.children(launcher.pid))
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP,
+                                    signal.SIGKILL],
+                         ids=['sigterm', 'sighup', 'sigkill'])
+def test_a_stopped_launcher_stops_prism(prism, trained, tmp_path, signum):
+  runner_checks.a_fault_ends_the_run(prism, trained, tmp_path,
+                                     runner_checks.signalled(signum),
+                                     running=prism_runs)

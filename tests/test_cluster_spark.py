@@ -1,13 +1,19 @@
 """Both jobs on a Spark standalone cluster (a Master and a Worker, two JVMs
 on 127.0.0.1, SDK workers in an EXTERNAL worker pool), against the default
-runner (make test-runners)."""
+runner, and the faults a Spark run meets (make test-runners)."""
+import signal
+
 import pytest
 
 from clusters import spark
 from tests import runner_checks
+from tests.runner_checks import Fault
 from tests.runner_checks import preprocessed_by_default  # pylint: disable=unused-import
 
 pytestmark = pytest.mark.runners
+
+# A bound on a run without progress that a test can wait for.
+STALL = '--stall_seconds=30'
 
 
 @pytest.fixture(scope='module')
@@ -16,11 +22,25 @@ def cluster(tmp_path_factory):
     yield running
 
 
+@pytest.fixture
+def own_cluster(tmp_path):
+  """A cluster of the test's own, for a fault that breaks it."""
+  with spark.standalone_cluster(tmp_path / 'spark') as running:
+    yield running
+
+
 def named(cluster, name):
-  """The cluster's active applications of the job ``name``: Beam's Spark job
-  server names each job's application NAME_<invocation id>."""
+  """The cluster's active applications of the run whose --job_name is
+  ``name``: the launcher names its job NAME-<run>, and Beam's Spark job
+  server names each job's application after it, NAME-<run>_<invocation
+  id>."""
   return [app for app in spark.applications(cluster.ui_url)['active']
-          if app['name'].startswith(f'{name}_')]
+          if app['name'].startswith(f'{name}-')]
+
+
+def runs_on(cluster):
+  return lambda name, _: any(app['state'] == 'RUNNING'
+                             for app in named(cluster, name))
 
 
 def test_preprocess_on_a_spark_cluster(cluster, preprocessed_by_default,
@@ -42,9 +62,40 @@ def test_a_failing_model_on_a_spark_cluster_exits_5(cluster, trained,
                                                    trained, tmp_path)
 
 
-def test_sigterm_cancels_the_spark_job(cluster, trained, tmp_path):
-  runner_checks.sigterm_cancels_the_job(
-      cluster.runner_flags, trained, tmp_path,
-      job_running=lambda name, _: any(
-          app['state'] == 'RUNNING' for app in named(cluster, name)),
-      job_cancelled=lambda name: not named(cluster, name))
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGKILL],
+                         ids=['sigterm', 'sigkill'])
+def test_a_stopped_launcher_ends_its_spark_application(cluster, trained,
+                                                       tmp_path, signum):
+  """The job server the launcher started is the application's driver:
+  stopped with the launcher, SIGKILL too (by its watchdog), it ends the
+  application."""
+  runner_checks.a_fault_ends_the_run(
+      cluster.runner_flags, trained, tmp_path, runner_checks.signalled(signum),
+      running=runs_on(cluster), job_ended=lambda name: not named(cluster,
+                                                                 name))
+
+
+def test_a_lost_spark_worker_ends_the_run(own_cluster, trained, tmp_path):
+  """Spark's driver waits for executors for ever once its only Worker is
+  gone: the launcher gives up after --stall_seconds."""
+  def kill_the_worker(*_):
+    own_cluster.processes['worker'].kill()
+
+  runner_checks.a_fault_ends_the_run(
+      [*own_cluster.runner_flags, STALL], trained, tmp_path,
+      Fault(kill_the_worker, (6,), r'error: no progress for \d+ s '
+            r'\(--stall_seconds=30\): Spark application \S+: 0 executors '
+            r'.*; the job was cancelled and nothing was published'),
+      running=runs_on(own_cluster))
+
+
+def test_a_stopped_spark_cluster_ends_the_run(own_cluster, trained, tmp_path):
+  def stop_the_cluster(*_):
+    for role in ('worker', 'master'):
+      own_cluster.processes[role].terminate()
+      own_cluster.processes[role].wait(timeout=60)
+
+  runner_checks.a_fault_ends_the_run(
+      [*own_cluster.runner_flags, STALL], trained, tmp_path,
+      Fault(stop_the_cluster, (1, 6), r'error: .*'),
+      running=runs_on(own_cluster))
