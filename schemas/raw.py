@@ -12,7 +12,7 @@ import tensorflow as tf
 
 ID = 'id'
 TEXT = 'text'
-LABEL = 'label'
+LABEL = 'label'  # in Unicode NFC, as every reader gives it
 SPLIT = 'split'
 SOURCE = 'source'
 # Set by a reader when a record could not be parsed; the job routes such a

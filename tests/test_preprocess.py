@@ -5,6 +5,7 @@ import glob
 import importlib
 import json
 import os
+import unicodedata
 
 import apache_beam as beam
 from apache_beam.io import filesystem
@@ -17,6 +18,7 @@ import tensorflow_transform as tft
 import cli
 from pipeline import outputs
 from pipeline import preprocess
+from pipeline import readers
 from pipeline.preprocessing import splits as split_lib
 from pipeline.preprocessing import settings as preprocess_settings
 from schemas import raw
@@ -214,6 +216,59 @@ def test_the_vocabulary_is_learned_on_train_alone(small_job):
       f'dev{i}' for i in range(5)}
   for example in validation:
     assert list(example[transformed.TOKEN_IDS]) == [transformed.OOV_ID] * 6
+
+
+# "café" as the same text in two spellings: é as one code point (NFC), and
+# as e and a combining acute accent (NFD, as macOS spells file names).
+CAFE_NFC, CAFE_NFD = 'caf\u00e9', 'cafe\u0301'
+
+
+def test_a_label_in_two_unicode_spellings_is_one_class(
+    tmp_path, monkeypatch, capsys):
+  rows = [{'id': f'r{index}', 'split': ('train', 'test')[index % 5 == 0],
+           'label': (CAFE_NFC, CAFE_NFD, 'tea')[index % 3],
+           'text': ('bitter roast', 'milky froth', 'green leaves')[
+               index % 3] + f' number {index}'}
+          for index in range(60)]
+  write_jsonl(tmp_path / 'in.jsonl', rows)
+  output = tmp_path / 'out'
+  status, stderr = main_in_process(
+      monkeypatch, capsys, preprocess.run, f'--input={tmp_path}/in.jsonl',
+      f'--output_dir={output}', '--split_field=split',
+      '--validation_fraction=0')
+  assert status == 0, stderr
+  vocabulary = tft.TFTransformOutput(str(output)).vocabulary_by_name(
+      transformed.LABEL_VOCABULARY)
+  assert sorted(vocabulary) == sorted([CAFE_NFC.encode(), b'tea'])
+  stats = json.loads((output / transformed.STATS_FILE).read_text())
+  assert stats['records']['rejected'] == 0
+  assert stats['labels']['counts']['train'] == {CAFE_NFC: 32, 'tea': 16}
+  names = stats['labels']['names']
+  for example in read_examples(str(output), raw.TEST):
+    row = rows[int(example[transformed.ID][1:])]
+    assert names[example[transformed.LABEL_ID]] == unicodedata.normalize(
+        'NFC', row['label'])
+
+
+@pytest.mark.parametrize('fmt', ['jsonl', 'csv', 'files'])
+def test_every_reader_gives_labels_in_nfc(tmp_path, fmt):
+  """The folder name of a document is its label too: both spellings of one
+  name can be folders side by side."""
+  if fmt == 'files':
+    for index, label in enumerate((CAFE_NFC, CAFE_NFD)):
+      (tmp_path / label).mkdir()
+      (tmp_path / label / f'{index}.txt').write_text('a fine cup')
+    pattern = f'{tmp_path}/*/*.txt'
+  else:
+    pattern = str(tmp_path / f'in.{fmt}')
+    with open(pattern, 'w', encoding='utf-8', newline='') as handle:
+      if fmt == 'csv':
+        handle.write(f'text,label\nfine,{CAFE_NFC}\nfine,{CAFE_NFD}\n')
+      else:
+        handle.write(f'{{"text": "fine", "label": "{CAFE_NFC}"}}\n'
+                     f'{{"text": "fine", "label": "{CAFE_NFD}"}}\n')
+  read = readers.sample(pattern, readers.ReadConfig(format=fmt), 10)
+  assert [record[raw.LABEL] for record in read] == [CAFE_NFC, CAFE_NFC]
 
 
 def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):

@@ -499,6 +499,51 @@ def test_true_label_kept_beside_the_prediction(trained, tmp_path):
   assert agree >= 0.8 * len(rows)
 
 
+def test_kept_values_are_published_as_read_or_are_dead_letters(trained,
+                                                               tmp_path):
+  """Kept fields typed by the first 1,000 records: a later value its column
+  would change (a fraction in an int64 column, an object member its struct
+  has no field for) is a wrong_type dead letter that says why; the others
+  are published as the input holds them."""
+  model_dir, _, _ = trained
+  typed_by = [{'id': f'r{index}', 'text': f'a fine film, number {index}',
+               'score': index % 7 - 3, 'meta': {'a': index}}
+              for index in range(1000)]
+  later = [{'id': 'fraction', 'text': 'a fine film', 'score': -2.5,
+            'meta': {'a': 1}},
+           {'id': 'whole', 'text': 'a fine film', 'score': 4.0,
+            'meta': {'a': 1}},
+           {'id': 'new-member', 'text': 'a fine film', 'score': 1,
+            'meta': {'a': 1, 'b': 2}},
+           {'id': 'null-member', 'text': 'a fine film', 'score': 1,
+            'meta': {'a': 1, 'b': None}},
+           {'id': 'absent', 'text': 'a fine film'}]
+  corpus = write_jsonl(tmp_path / 'kept.jsonl', typed_by + later)
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
+                                  '--keep_fields=score,meta'))
+  counts = manifest['counts']
+  assert counts['rejected_by_reason'] == {rejected.WRONG_TYPE: 2}
+  assert counts['read'] == counts['scored'] + counts['rejected'] == 1005
+  letters = {letter[rejected.ID]: letter
+             for letter in dead_letters(tmp_path / 'scores')}
+  assert letters.keys() == {'fraction', 'new-member'}
+  assert all(letter[rejected.SOURCE] == str(corpus)
+             for letter in letters.values())
+  assert letters['fraction'][rejected.SNIPPET] == (
+      '--keep_fields score=-2.5: would be stored as -2 in its int64 column')
+  assert letters['new-member'][rejected.SNIPPET].startswith(
+      "--keep_fields meta={'a': 1, 'b': 2}: would be stored as {'a': 1}")
+  table, _ = read_partition(tmp_path / 'scores')
+  assert table.schema.field('score').type == pa.int64()
+  published = {row[scored.ID]: row for row in table.to_pylist()}
+  given = {row['id']: row for row in typed_by + later}
+  assert published.keys() == given.keys() - letters.keys()
+  for key, row in published.items():
+    assert row['score'] == given[key].get('score')
+    assert row['meta'] == ({'a': given[key]['meta']['a']}
+                           if 'meta' in given[key] else None)
+
+
 def test_partition_names_are_checked():
   assert settings_lib.check_partition('dt=2026-11-21/') == 'dt=2026-11-21'
   assert settings_lib.check_partition('dt=2026-11-21/hour=03') == (
@@ -556,8 +601,9 @@ def test_kept_field_types_come_from_the_input(tmp_path):
   config = readers.ReadConfig(format='parquet', keep_fields=('day',))
   assert kept_fields.schema(str(parquet), config) == pa.schema(
       [('day', pa.date32())])
-  assert kept_fields.conforms(3, pa.int64())
-  assert not kept_fields.conforms('three', pa.int64())
+  assert kept_fields.misfit({'n': 3}, [('n', pa.int64())]) is None
+  assert 'does not fit int64' in kept_fields.misfit({'n': 'three'},
+                                                    [('n', pa.int64())])
   with pytest.raises(readers.ReaderError, match='no field'):
     kept_fields.schema(str(parquet), readers.ReadConfig(
         format='parquet', keep_fields=('missing',)))

@@ -63,7 +63,8 @@ def _document(path: str, content: bytes, config: config_lib.ReadConfig,
   if rows.is_undecodable(text):
     return rows.rejection(path, path, rejected.UNDECODABLE_TEXT, content)
   record = {raw.ID: path, raw.SOURCE: path, raw.TEXT: text,
-            raw.LABEL: posixpath.basename(posixpath.dirname(path)) or None,
+            raw.LABEL: rows.label_of(
+                posixpath.basename(posixpath.dirname(path)) or None),
             raw.SPLIT: _split_from_path(path)}
   if config.group_field:  # a header of an email (--group_field=From)
     record[raw.GROUP] = None if group is None or rows.has_surrogates(

@@ -3,6 +3,7 @@ parse failure -> one raw record, keyed by ``schemas.raw`` names."""
 import json
 import math
 import re
+import unicodedata
 from typing import Any, Callable, Dict, Optional
 
 from pipeline.readers import config as config_lib
@@ -82,6 +83,16 @@ def _optional_str(value: Any) -> Optional[str]:
   return str(value)
 
 
+def label_of(value: Any) -> Optional[str]:
+  """A label field's value (or a folder's name) as the record's label, in
+  Unicode NFC: canonically equal spellings (an accented letter as one code
+  point, or as a letter and a combining accent, as macOS spells file names)
+  are one label, and so one class. Every label a reader gives passes here.
+  None when absent or not a scalar."""
+  text = _optional_str(value)
+  return None if text is None else unicodedata.normalize('NFC', text)
+
+
 def _id_text(value: Any) -> Optional[str]:
   """An id field's value as the record's id: a string as it is, a number or
   a boolean as its JSON text (12345.0 stays "12345.0"); None for what no id
@@ -134,7 +145,7 @@ def _record(fields: Dict[str, Any], config: config_lib.ReadConfig,
   if is_undecodable(text) or _holds_surrogates((given_id, label, split, kept)):
     return rejection(record_id, source, rejected.UNDECODABLE_TEXT, payload)
   record = {raw.ID: record_id, raw.SOURCE: source, raw.TEXT: text,
-            raw.LABEL: _optional_str(label), raw.SPLIT: _optional_str(split)}
+            raw.LABEL: label_of(label), raw.SPLIT: _optional_str(split)}
   if config.keep_fields:
     record[raw.KEPT] = kept
   if config.group_field:

@@ -22,15 +22,26 @@ SCORED = 'scored'
 CONFIDENCE = 'confidence'
 
 
-def reason_of(record: Dict, max_text_bytes: int, kept_types) -> Optional[str]:
-  """Why the job cannot score a record read, or None when it can:
-  ``Validate``'s check, and the launcher's before the pipeline starts."""
+def rejection(record: Dict, max_text_bytes: int,
+              kept_types) -> Optional[Tuple[str, Dict]]:
+  """Why the job cannot score a record read, and the record its dead letter
+  is made of (for a kept value its column would not hold as it is, a
+  snippet naming the field, the value and why); None when it can."""
   reason = records.check_record(record, max_text_bytes, require_label=False)
-  if not reason and kept_types and not all(
-      kept_fields.conforms(record[raw.KEPT][name], arrow_type)
-      for name, arrow_type in kept_types):
-    reason = rejected.WRONG_TYPE
-  return reason
+  if reason:
+    return reason, record
+  if kept_types:
+    misfit = kept_fields.misfit(record[raw.KEPT], kept_types)
+    if misfit:
+      return rejected.WRONG_TYPE, {**record, raw.SNIPPET: misfit}
+  return None
+
+
+def reason_of(record: Dict, max_text_bytes: int, kept_types) -> Optional[str]:
+  """The reason of ``rejection`` alone: the launcher's check of the first
+  records before the pipeline starts (``rejections.preflight``)."""
+  found = rejection(record, max_text_bytes, kept_types)
+  return found[0] if found else None
 
 
 class _Grouping(records.CountingDoFn):
@@ -79,9 +90,10 @@ class Validate(_Grouping):
   def process(self, chunk):
     self.count_read(chunk)
     for record in chunk:
-      reason = reason_of(record, self._max_text_bytes, self._kept_types)
-      if reason:
-        yield self.reject(record, reason)
+      found = rejection(record, self._max_text_bytes, self._kept_types)
+      if found:
+        reason, letter = found
+        yield self.reject(letter, reason)
         continue
       batch = self._add(record)
       if batch:
@@ -142,11 +154,16 @@ class ToArrow(_Grouping):
             answers.scored_at.replace(tzinfo=None), 'us')),
         **dict(zip(self._probability_columns, answers.probabilities.T)),
     }
+    arrays = {name: pa.array(values, type=self._schema.field(name).type)
+              for name, values in columns.items()}
     for field, column in self._kept:
-      columns[column] = [record[raw.KEPT][field] for record in documents]
-    return pa.Table.from_arrays(
-        [pa.array(columns[field.name], type=field.type)
-         for field in self._schema], schema=self._schema)
+      # The conversion Validate checked each value with: a value it would
+      # change never reaches this, and would stop the job if it did.
+      arrays[column] = kept_fields.column(
+          [record[raw.KEPT][field] for record in documents],
+          self._schema.field(column).type)
+    return pa.Table.from_arrays([arrays[field.name] for field in self._schema],
+                                schema=self._schema)
 
   def _group(self, items: list) -> pa.Table:
     # A chunk a batch: the Parquet writer still makes one row group of it.
