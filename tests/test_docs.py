@@ -2,7 +2,8 @@
 default in --help and a row in the flag reference, usage lines name the
 command a user types, the generated parts committed in the pages are the
 code's, the check of the built site refuses what needs a server or the
-network, and the console scripts run the entry points."""
+network, the console scripts run the entry points, and the front pages
+stay short and name no issue."""
 import argparse
 import importlib
 import importlib.util
@@ -164,6 +165,25 @@ def test_a_site_without_its_diagrams_is_refused(tmp_path):
   pages = {**WORKING, 'index.html': WORKING['index.html'].split('<pre')[0]}
   assert _hooks().offline_problems(write_site(
       tmp_path, pages, WORKING_FILES)) == ['no page draws a Mermaid diagram']
+
+
+@pytest.mark.parametrize('name, most', [('README.md', 250),
+                                        ('BENCHMARKS.md', 400)])
+def test_the_front_pages_stay_short(name, most):
+  lines = len((REPO / name).read_text(encoding='utf-8').splitlines())
+  assert lines <= most, (f'{name} has {lines} lines, more than {most}: '
+                         'move background to a page under docs/')
+
+
+def test_what_users_read_names_no_issue():
+  """Users read what is; the issue that changed it is the history's."""
+  read = [REPO / 'README.md', REPO / 'BENCHMARKS.md',
+          *(REPO / 'configs').rglob('*.md'), *(REPO / 'docs').rglob('*.md')]
+  # '#12' names an issue; '(#130-and-143)' is a link to a heading.
+  named = [(str(path.relative_to(REPO)), match) for path in read
+           for match in re.findall(r'\bissues? #?\d+|(?<![\w&(])#\d+\b',
+                                   path.read_text(encoding='utf-8'), re.I)]
+  assert not named
 
 
 def test_each_console_script_runs_its_entry_point():
