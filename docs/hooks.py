@@ -34,7 +34,7 @@ import re
 import sys
 import tarfile
 import tempfile
-from typing import List
+from typing import List, Optional
 import urllib.parse
 
 from mkdocs import plugins
@@ -45,6 +45,7 @@ from mkdocs.structure.files import File
 # from there.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+import cli  # pylint: disable=wrong-import-position,g-bad-import-order
 from cli import flags  # pylint: disable=wrong-import-position,g-bad-import-order
 
 _LOG = logging.getLogger('mkdocs.hooks')
@@ -294,11 +295,11 @@ class _References(html.parser.HTMLParser):
       self.diagrams += 1
 
 
-def _local_file(site_dir: str, page: str, url: str):
-  """The file of the site ``url`` names from ``page``; None for a URL that
-  leaves the site (a scheme, a host, an absolute path)."""
+def _opened(site_dir: str, page: str, url: str) -> Optional[str]:
+  """The path a browser opens for ``url`` on ``page`` of the site read from
+  disk (``/x`` is the machine's /x); None for another site's URL."""
   parts = urllib.parse.urlsplit(url)
-  if parts.scheme or parts.netloc or parts.path.startswith('/'):
+  if parts.scheme or parts.netloc:
     return None
   return os.path.normpath(os.path.join(
       site_dir, posixpath.dirname(page), urllib.parse.unquote(parts.path)))
@@ -310,8 +311,14 @@ def offline_problems(site_dir: str) -> List[str]:
   without a server), a script, stylesheet or image from the network, a
   Mermaid diagram without the site's own Mermaid, search without its index
   as a script. Links to other sites are fine: they are links."""
+  site_dir = os.path.abspath(site_dir)
+  mermaid = next(os.path.join(site_dir, v.site_path) for v in VENDORED
+                 if v.package == 'mermaid')
+
+  def in_site(path):
+    return path.startswith(site_dir + os.sep) and os.path.isfile(path)
+
   problems, diagrams = [], 0
-  mermaid = next(v.site_path for v in VENDORED if v.package == 'mermaid')
   for folder, _, names in os.walk(site_dir):
     for name in sorted(names):
       # 404.html is a web server's page for a missing path, with links
@@ -326,19 +333,17 @@ def offline_problems(site_dir: str) -> List[str]:
         found.feed(handle.read())
       diagrams += found.diagrams
       for url in found.links:
-        target = _local_file(site_dir, page, url)
-        if url.startswith('/') or (target and urllib.parse.urlsplit(
-            url).path and not os.path.isfile(target)):
+        opened = _opened(site_dir, page, url)
+        # A link to another site is a link; '#part' stays on the page.
+        if opened and urllib.parse.urlsplit(url).path and not in_site(opened):
           problems.append(f'{page}: the link {url} names no file of the site')
-      for url in found.loads:
-        target = _local_file(site_dir, page, url)
-        if not target or not os.path.isfile(target):
+      loaded = [_opened(site_dir, page, url) for url in found.loads]
+      for url, opened in zip(found.loads, loaded):
+        if not (opened and in_site(opened)):
           problems.append(f'{page}: {url} is not a file of the site')
-      if found.diagrams and not any(
-          _local_file(site_dir, page, url) == os.path.normpath(
-              os.path.join(site_dir, mermaid)) for url in found.loads):
+      if found.diagrams and mermaid not in loaded:
         problems.append(f'{page}: Mermaid diagrams without the site\'s own '
-                        f'{mermaid}')
+                        f'{os.path.relpath(mermaid, site_dir)}')
   if not diagrams:
     problems.append('no page draws a Mermaid diagram')
   search = os.path.join(site_dir, 'search')
@@ -369,7 +374,11 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format='%(message)s')
   if args.command == 'fetch':
-    fetch()
+    try:
+      fetch()
+    except cli.JobError as error:  # the download failed, or its checksum
+      _LOG.error('error: %s', error)
+      return cli.EXIT_JOB_ERROR
     return 0
   for path in pages():
     with open(path, encoding='utf-8') as handle:
