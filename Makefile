@@ -62,9 +62,12 @@ test-runners: install
 	$(PY) -m clusters fetch all
 	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests -m runners
 
-# The documentation site, --strict: a broken link, a missing page or a flag
-# reference that cannot be generated fails it. Open site/index.html.
+# The documentation site, --strict: a broken link, a missing page, a
+# generated part of a page that is not the code's, or a site that would not
+# work opened from disk fails it. Mermaid and a search shim come from npm
+# (docs/hooks.py). Open site/index.html.
 docs: install
+	$(PY) docs/hooks.py fetch
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 $(AIRFLOW_VENV)/.installed: $(AIRFLOW_CONSTRAINTS)

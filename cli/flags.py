@@ -2,14 +2,17 @@
 nothing unknown let through.
 
 ``Parser`` is argparse with ``@FILE`` argument files (one flag a line), no
-abbreviations (``--keep`` is not ``--keep_fields``), and every error as one
-``error: …`` line and exit status 2, before any work. ``parse`` refuses a
-flag that the entry point does not know, naming the closest one it does;
-a Beam job passes the flags it leaves to Beam through a check of Beam's own
+abbreviations (``--keep`` is not ``--keep_fields``), each flag's default in
+``--help``, and every error as one ``error: …`` line and exit status 2,
+before any work. ``parse`` refuses a flag that the entry point does not
+know, naming the closest one it does, before it says that a required one is
+missing (``--ouput_dir`` is a misspelt ``--output_dir``); a Beam job passes
+the flags it leaves to Beam through a check of Beam's own
 (``pipeline.jobs``). The ``type=`` helpers below refuse a value out of its
 range, ``nan`` and ``inf`` included, with the flag's name.
 """
 import argparse
+import contextlib
 import difflib
 import math
 import os
@@ -33,15 +36,49 @@ def command(module: str) -> str:
       f'python -m {module}')
 
 
+# The --help of a Beam job, after its own flags.
+BEAM_OPTIONS_HELP = (
+    'Any other flag is one of Beam\'s pipeline options, passed through to '
+    'Beam and checked by it before any work: --runner (default: {runner}), '
+    '--direct_num_workers, --direct_running_mode, and each runner\'s own '
+    '(Dataflow\'s --project, --region, --temp_location; Flink\'s '
+    '--flink_master; ...). The runners and their options: docs/runners.md.')
+
+
+def default_text(action: argparse.Action) -> Optional[str]:
+  """What a flag is when it is not given, as a user would type it; None
+  where there is nothing to say (no default, or a switch that is off)."""
+  if action.default in (None, argparse.SUPPRESS) or action.required:
+    return None
+  if isinstance(action, argparse.BooleanOptionalAction):
+    return action.option_strings[0 if action.default else 1]
+  if action.nargs == 0:
+    return None  # store_true and the like: off unless given
+  return str(action.default)
+
+
+class _HelpWithDefaults(argparse.HelpFormatter):
+  """argparse's help, with each flag's default after its help text."""
+
+  def _get_help_string(self, action):
+    text = default_text(action)
+    if text is None:
+      return action.help
+    # The help is %-formatted after this: a % of the default stays one.
+    return f'{action.help} (default: {text.replace("%", "%%")})'
+
+
 class Parser(argparse.ArgumentParser):
-  """An ArgumentParser whose errors are one line and exit status 2, and
-  whose usage line names the command the user typed to run ``module``."""
+  """An ArgumentParser whose errors are one line and exit status 2, whose
+  usage line names the command the user typed to run ``module``, and whose
+  help shows each flag's default."""
 
   def __init__(self, description: Optional[str] = None, *,
                module: Optional[str] = None, **kwargs):
     if module:
       kwargs.setdefault('prog', command(module))
     kwargs.setdefault('fromfile_prefix_chars', '@')
+    kwargs.setdefault('formatter_class', _HelpWithDefaults)
     super().__init__(description=description, allow_abbrev=False, **kwargs)
     self._reading = []
     # Read by cli.main before the flags are parsed.
@@ -138,20 +175,47 @@ def given_twice(parser: Parser, argv: Sequence[str]) -> Optional[str]:
   return None
 
 
+@contextlib.contextmanager
+def _required_checked_after(parser: Parser):
+  """``parser``'s required flags (its subcommands' too) made optional while
+  it parses, so that a misspelt one (``--ouput_dir``) is found as an
+  unknown flag with its closest name, not reported as missing; yields them,
+  for the caller to check once the unknown flags are."""
+  required = [action for action in _actions(parser)
+              if action.option_strings and action.required]
+  for action in required:
+    action.required = False
+  try:
+    yield required
+  finally:
+    for action in required:
+      action.required = True
+
+
 def parse(parser: Parser, argv: Optional[Sequence[str]],
           passes: Callable[[List[str]], Optional[str]] = None):
   """``parser``'s flags from ``argv``, and the rest: each left-over flag
   must be one ``passes`` accepts (it returns None, else the error), or the
   run ends with one ``error:`` line. Without ``passes`` nothing is left
-  over."""
+  over. An unknown flag is reported before a missing required one, which
+  it may be misspelt from."""
   twice = given_twice(parser, sys.argv[1:] if argv is None else argv)
   if twice:
     parser.error(twice)
-  args, rest = parser.parse_known_args(argv)
+  with _required_checked_after(parser) as required:
+    args, rest = parser.parse_known_args(argv)
   problem = (passes(rest) if passes else
              unknown(flag_words(rest), parser.flag_names()) if rest else None)
   if problem:
     parser.error(problem)
+  # A required flag's default is None; one of a subcommand that was not
+  # chosen has no value at all.
+  missing = ['/'.join(action.option_strings) for action in required
+             if hasattr(args, action.dest) and
+             getattr(args, action.dest) is None]
+  if missing:
+    parser.error(
+        f'the following arguments are required: {", ".join(missing)}')
   return args, rest
 
 

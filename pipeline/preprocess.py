@@ -54,7 +54,9 @@ def build_parser() -> flags.Parser:
   """The job's own flags; @FILE reads flags from a file, one a line
   (configs/<name>/)."""
   parser = flags.Parser(__doc__.split('\n\n')[0],
-                        module='pipeline.preprocess')
+                        module='pipeline.preprocess',
+                        epilog=flags.BEAM_OPTIONS_HELP.format(
+                            runner=jobs.DEFAULT_RUNNER))
   readers.add_reader_arguments(parser)
   parser.add_argument('--output_dir', required=True, type=flags.folder,
                       help='Folder of the TFRecords, the transform graph, '

@@ -6,16 +6,17 @@ nothing and exits with its own status (``TooManyRejected``). Before a
 pipeline starts, ``preflight`` reads the input's first records on the
 launcher and stops the job in seconds when none of them would be accepted:
 a wrong ``--text_field``, ``--format`` or ``--encoding`` never costs an
-hour of workers writing dead letters. Both say why in one line: the top
-reasons with their counts and an example, and, when a field is missing,
-the fields the records do have.
+hour of workers writing dead letters; nor does a field that a flag names
+(``--id_field``, ``--split_field``...) and no record has. Both say why in one
+line: the top reasons with their counts and an example, and, when fields
+are missing, every one of them and the fields the records do have.
 """
 import codecs
 import collections
 import difflib
 import json
 import posixpath
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -35,13 +36,14 @@ _EXAMPLE_SCAN = 100_000
 # The field a reason says is missing, and the flag that names it.
 _MISSING_FIELD_FLAGS = {rejected.MISSING_TEXT: 'text_field',
                         rejected.MISSING_LABEL: 'label_field'}
-# Names a text or label field often has, for the hint when none is close to
-# the flag's.
+# Names a field often has, for the hint when none is close to the flag's.
 _USUAL_NAMES = {
     'text_field': ('text', 'body', 'content', 'review', 'message', 'sentence',
                    'document', 'comment', 'description'),
     'label_field': ('label', 'labels', 'class', 'category', 'target', 'tag',
                     'sentiment'),
+    'id_field': ('id', 'key', 'uid', 'uuid', 'doc_id', 'record_id'),
+    'split_field': ('split', 'fold', 'subset', 'set'),
 }
 
 
@@ -72,23 +74,58 @@ def _reasons_line(by_reason: Dict[str, int],
   return '; '.join(parts)
 
 
-def field_hint(by_reason: Dict[str, int], config: readers.ReadConfig,
+def field_hint(flags: Sequence[str], config: readers.ReadConfig,
                fields: Iterable[str]) -> str:
-  """', the records have fields a, b — is --text_field=b meant?' when the
-  most frequent reason is a missing field and the records' fields are
-  known; '' otherwise."""
+  """'; the records have fields a, b — is --text_field=b --label_field=a
+  meant?', a suggestion for each of ``flags`` (``text_field``...) that a
+  field is close to; '' when the records' fields are not known."""
   fields = list(dict.fromkeys(fields))
-  if not by_reason or not fields:
+  if not fields:
     return ''
-  reason = max(by_reason, key=by_reason.get)
-  flag = _MISSING_FIELD_FLAGS.get(reason)
-  if not flag:
-    return ''
-  wanted = getattr(config, flag) or ''
-  close = difflib.get_close_matches(wanted, fields, n=1, cutoff=0.5) or [
-      name for name in fields if name.lower() in _USUAL_NAMES[flag]][:1]
-  meant = f' — is --{flag}={close[0]} meant?' if close else ''
-  return f'; the records have fields {", ".join(fields)}{meant}'
+  meant = []
+  for flag in flags:
+    wanted = getattr(config, flag) or ''
+    close = difflib.get_close_matches(wanted, fields, n=1, cutoff=0.5) or [
+        name for name in fields
+        if name.lower() in _USUAL_NAMES.get(flag, ())][:1]
+    if close:
+      meant.append(f'--{flag}={close[0]}')
+  return (f'; the records have fields {", ".join(fields)}' +
+          (f' — is {" ".join(meant)} meant?' if meant else ''))
+
+
+def missing_fields(sample: List[Dict],
+                   config: readers.ReadConfig) -> Dict[str, str]:
+  """The fields the flags name (``config.named_fields``) that no record of
+  ``sample`` read from a row of named fields has, by flag."""
+  rows = [record[raw.FIELDS] for record in sample if raw.FIELDS in record]
+  if not rows:
+    return {}
+  return {flag: name for flag, name in config.named_fields.items()
+          if not any(name in fields for fields in rows)}
+
+
+def _named(missing: Dict[str, str]) -> str:
+  """'body (--text_field) or sentiment (--label_field)'."""
+  named = [f'{name} (--{flag})' for flag, name in missing.items()]
+  return ' or '.join([', '.join(named[:-1]), named[-1]] if len(named) > 1
+                     else named)
+
+
+def _fields_hint(by_reason: Dict[str, int], config: readers.ReadConfig,
+                 sample: List[Dict]) -> str:
+  """'; no record has the field body (--text_field) or sentiment
+  (--label_field); the records have fields …' when the sample lacks fields
+  the flags name; else the fields of the sample when the most frequent
+  reason is a missing field; else ''."""
+  missing = missing_fields(sample, config)
+  if missing:
+    return f'; no record has the field {_named(missing)}' + field_hint(
+        list(missing), config, _fields_of(sample))
+  top = max(by_reason, key=by_reason.get) if by_reason else None
+  if top in _MISSING_FIELD_FLAGS:
+    return field_hint([_MISSING_FIELD_FLAGS[top]], config, _fields_of(sample))
+  return ''
 
 
 # Byte order marks, longest first, and the encoding each one starts.
@@ -142,8 +179,8 @@ def diagnosis(pattern: str, config: readers.ReadConfig,
   first records have when a field is missing."""
   hint = input_hint(by_reason, pattern, config)
   if not hint and any(reason in _MISSING_FIELD_FLAGS for reason in by_reason):
-    sample = readers.sample(pattern, config, PREFLIGHT_RECORDS)
-    hint = field_hint(by_reason, config, _fields_of(sample))
+    hint = _fields_hint(by_reason, config, readers.sample(
+        pattern, config, PREFLIGHT_RECORDS))
   return _reasons_line(by_reason, examples) + hint
 
 
@@ -199,7 +236,9 @@ def check_budget(tally, max_fraction: float, pattern: str,
 def preflight(pattern: str, config: readers.ReadConfig,
               reason_of: Callable[[Dict], Optional[str]]) -> List[Dict]:
   """The input's first records that the job would accept (``reason_of``
-  gives None); a JobError when there are records and none would be."""
+  gives None); a JobError when there are records and none would be, or
+  when none of them has a field that a flag names (every such field in one
+  line)."""
   sample = readers.sample(pattern, config, PREFLIGHT_RECORDS)
   if not sample and readers.sample_covers(pattern):
     raise cli.JobError(f'no record in {pattern}: the files it matches are '
@@ -218,5 +257,11 @@ def preflight(pattern: str, config: readers.ReadConfig,
         'accepted, so the job did not start ('
         + _reasons_line(dict(by_reason), examples)
         + (input_hint(by_reason, pattern, config) or
-           field_hint(by_reason, config, _fields_of(sample))) + ')')
+           _fields_hint(by_reason, config, sample)) + ')')
+  missing = missing_fields(sample, config)
+  if missing:
+    raise cli.JobError(
+        f'none of the first {len(sample)} records of {pattern} has the '
+        f'field {_named(missing)}, so the job did not start'
+        + field_hint(list(missing), config, _fields_of(sample)))
   return accepted

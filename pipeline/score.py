@@ -59,7 +59,9 @@ def build_parser() -> flags.Parser:
   """The job's own flags; @FILE reads flags from a file, one a line, as
   the other jobs do."""
   parser = flags.Parser(__doc__.split('\n\n')[0],
-                        module='pipeline.score')
+                        module='pipeline.score',
+                        epilog=flags.BEAM_OPTIONS_HELP.format(
+                            runner=jobs.DEFAULT_RUNNER))
   readers.add_reader_arguments(parser)
   parser.add_argument('--model_dir', required=True, type=flags.folder,
                       help='The trainer\'s model folder (its newest export '

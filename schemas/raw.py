@@ -19,12 +19,14 @@ SOURCE = 'source'
 # record to the dead letters instead of processing it.
 REASON = 'reason'
 SNIPPET = 'snippet'
-# The field names of a row that lacks the text or label field: what a job
-# names when it diagnoses a run that rejects everything (never written).
+# The field names of a row, in the records the launcher samples
+# (ReadConfig.list_fields): what a job names when a field its flags name is
+# missing (never written).
 FIELDS = 'fields'
 # Set (True) by a reader on a record whose id field holds a value no id can
-# be (null, "", an object...): its id is then its file and position, and the
-# jobs count such records (never written).
+# be (null, "", an object...), or that lacks the field --id_field named: its
+# id is then its file and position, and the jobs count such records (never
+# written).
 ID_REPLACED = 'id_replaced'
 # The record's group (--group_field: a movie, a thread, a sender), read by
 # the readers for the preprocessing job: every record of a group goes to the

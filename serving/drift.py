@@ -8,7 +8,15 @@ the population stability index,
     PSI = sum over bins of (share - reference) * ln(share / reference),
 
 over the label shares and over the confidence histogram. A PSI over 0.2 (the
-usual threshold for a significant shift) raises the manifest's alert.
+usual threshold for a significant shift) raises the manifest's alert where
+it is judged: where the partition and the reference hold enough documents
+that two samples of one distribution would seldom differ by that much.
+Their PSI is about (B - 1)(1/n + 1/m) for n and m documents over B bins (a
+symmetric Kullback-Leibler divergence: chi-square with B - 1 degrees of
+freedom once divided by 1/n + 1/m), and more where a small bin is empty in
+a small sample. A PSI is judged where B (1/n + 1/m) is at most a quarter of
+the threshold: against a large reference, 20 documents a bin, 200 over the
+ten confidence bins (docs/scoring.md has the simulation).
 
 Plain Python and numpy: the trainer and the scoring job's launcher import it.
 """
@@ -26,6 +34,10 @@ REFERENCE = 'reference'
 # that a partition is always binned as its reference was.
 CONFIDENCE_EDGES = tuple(round(i / 10, 1) for i in range(11))
 PSI_ALERT = 0.2
+# A PSI is judged where bins * (1/n + 1/m), a bin more than its expected
+# value between two samples of one distribution, is at most this share of
+# PSI_ALERT (above).
+_NOISE_SHARE = 0.25
 # The share an empty bin counts for, so that the PSI stays finite: about one
 # document in ten thousand.
 _EMPTY_SHARE = 1e-4
@@ -87,6 +99,10 @@ def reference_problem(found, label_names: List[str]) -> Optional[str]:
     return None
   if not isinstance(found, dict):
     return 'it is not an object'
+  documents = found.get('documents')
+  if not (isinstance(documents, int) and not isinstance(documents, bool)
+          and documents > 0):
+    return 'its documents are not a count above 0'
   shares = found.get('label_shares')
   if not (isinstance(shares, dict) and sorted(shares) == sorted(label_names)
           and all(_number(v) and 0 <= v <= 1 for v in shares.values())
@@ -125,12 +141,35 @@ def psi_terms(shares: Sequence[float],
   return terms
 
 
+def min_documents(bins: int, reference_documents: int) -> Optional[int]:
+  """The fewest documents a partition needs for a PSI over ``bins`` bins
+  against a reference of ``reference_documents`` to be judged; None where
+  the reference is too small for any partition to be."""
+  room = _NOISE_SHARE * PSI_ALERT / bins - 1 / reference_documents
+  # Rounded first: 0.25 * 0.2 / 10 is a hair over 0.005 in floats.
+  return math.ceil(round(1 / room, 6)) if room > 0 else None
+
+
+def _not_judged(bins: int, documents: int, reference_documents: int,
+                needed: Optional[int]) -> str:
+  noise = (bins - 1) * (1 / documents + 1 / reference_documents)
+  return (f'{documents} documents against a reference of '
+          f'{reference_documents}: two samples of one distribution this size '
+          f'differ by a PSI of about {noise:.3f} over {bins} bins, too near '
+          f'the threshold of {PSI_ALERT} to tell drift from chance; ' + (
+              f'judged from {needed} documents' if needed else
+              'the reference is too small to judge any partition'))
+
+
 def compare(current: Dict, reference_distribution: Optional[Dict]) -> Dict:
-  """The manifest's drift section: both distributions, their PSIs and
-  whether one is over PSI_ALERT. Without a reference (an export older than
-  the reference, or an empty partition) there is nothing to compare."""
+  """The manifest's drift section: both distributions, their PSIs, which of
+  them were judged (enough documents for sampling noise to stay well under
+  PSI_ALERT) and why not, and whether a judged one is over PSI_ALERT.
+  Without a reference (an export older than the reference, or an empty
+  partition) there is nothing to compare."""
   drift = {'partition': current, 'reference': reference_distribution,
-           'psi': None, 'alert': False, 'alert_threshold': PSI_ALERT}
+           'psi': None, 'judged': None, 'min_documents': None,
+           'not_judged': {}, 'alert': False, 'alert_threshold': PSI_ALERT}
   if not reference_distribution or not current['documents']:
     return drift
   names = list(current['label_shares'])
@@ -146,7 +185,19 @@ def compare(current: Dict, reference_distribution: Optional[Dict]) -> Dict:
       'by_label': dict(zip(names, by_label)),
       'confidence': sum(confidence),
   }
-  drift['alert'] = max(sum(by_label), sum(confidence)) > PSI_ALERT
+  drift['min_documents'] = {}
+  drift['judged'] = {}
+  for name, bins in (('labels', len(by_label)),
+                     ('confidence', len(confidence))):
+    needed = min_documents(bins, reference_distribution['documents'])
+    drift['min_documents'][name] = needed
+    drift['judged'][name] = bool(needed) and current['documents'] >= needed
+    if not drift['judged'][name]:
+      drift['not_judged'][name] = _not_judged(
+          bins, current['documents'], reference_distribution['documents'],
+          needed)
+  drift['alert'] = any(drift['psi'][name] > PSI_ALERT
+                       for name, judged in drift['judged'].items() if judged)
   return drift
 
 
@@ -171,19 +222,21 @@ def plot(drift: Dict) -> Optional[bytes]:
 
 
 def _draw(drift: Dict, label_axes, confidence_axes) -> None:
-  """Bars of label shares and of confidence bins, a colour for each side."""
+  """Bars of label shares and of confidence bins, a colour for each side;
+  each side's share of a label drawn at that label, whatever order the
+  side lists its labels in."""
   sides = [('partition', drift['partition'])]
   if drift['reference']:
     sides.append(('test split', drift['reference']))
+  names = list(drift['partition']['label_shares'])
   width = 0.8 / len(sides)
   for offset, (name, side) in enumerate(sides):
-    shares = list(side['label_shares'].values())
+    shares = [side['label_shares'].get(label, 0.0) for label in names]
     label_axes.bar(np.arange(len(shares)) + offset * width, shares, width,
                    label=name)
     shares = side['confidence_histogram']['shares']
     confidence_axes.bar(np.arange(len(shares)) + offset * width, shares,
                         width, label=name)
-  names = list(drift['partition']['label_shares'])
   label_axes.set_xticks(np.arange(len(names)) + width / 2, names)
   edges = drift['partition']['confidence_histogram']['edges']
   confidence_axes.set_xticks(np.arange(len(edges) - 1) + width / 2,
@@ -191,7 +244,13 @@ def _draw(drift: Dict, label_axes, confidence_axes) -> None:
   psi = drift['psi'] or {}
   for axes, title, key in ((label_axes, 'predicted label', 'labels'),
                            (confidence_axes, 'confidence', 'confidence')):
-    axes.set_title(f'{title} (PSI {psi[key]:.3f})' if key in psi else title)
+    if key not in psi:
+      axes.set_title(title)
+    elif key in drift['not_judged']:
+      axes.set_title(f'{title} (PSI {psi[key]:.3f}, too few documents to '
+                     'judge)')
+    else:
+      axes.set_title(f'{title} (PSI {psi[key]:.3f})')
     axes.set_ylabel('share of documents')
     axes.legend()
   confidence_axes.set_xlabel('bins from')

@@ -35,21 +35,76 @@ def distribution(neg, pos, bins):
 
 
 def test_same_distribution_is_no_drift_and_a_shift_is_an_alert():
-  reference = distribution(50, 50, {9: 80, 8: 20})
+  reference = distribution(500, 500, {9: 800, 8: 200})
   same = drift.compare(distribution(500, 500, {9: 800, 8: 200}), reference)
   assert same['psi']['labels'] == pytest.approx(0.0)
   assert same['psi']['confidence'] == pytest.approx(0.0)
-  assert not same['alert']
+  assert same['judged'] == {'labels': True, 'confidence': True}
+  assert not same['alert'] and not same['not_judged']
   # 80 % of one class against 50 %: PSI 0.3 * ln(1.6) + 0.3 * ln(2.5).
-  shifted = drift.compare(distribution(20, 80, {9: 80, 8: 20}), reference)
+  shifted = drift.compare(distribution(40, 160, {9: 160, 8: 40}), reference)
   assert shifted['psi']['labels'] == pytest.approx(
       0.3 * np.log(1.6) + 0.3 * np.log(2.5))
   assert shifted['psi']['by_label']['pos'] == pytest.approx(
       0.3 * np.log(1.6))
   assert shifted['alert']
   # Less sure, same labels: the confidence histogram raises it.
-  unsure = drift.compare(distribution(50, 50, {5: 60, 9: 40}), reference)
+  unsure = drift.compare(distribution(150, 150, {5: 180, 9: 120}),
+                         reference)
   assert unsure['psi']['confidence'] > drift.PSI_ALERT and unsure['alert']
+
+
+def test_enough_documents_to_judge_a_psi_grow_with_its_bins():
+  # B (1/n + 1/m) <= PSI_ALERT / 4: 20 documents a bin against a reference
+  # large enough to count for nothing, more against a small one, and none
+  # against one too small.
+  assert drift.min_documents(10, 10**12) == 200
+  assert drift.min_documents(2, 10**12) == 40
+  assert drift.min_documents(10, 1000) == 250
+  assert drift.min_documents(10, 200) is None
+
+
+def test_too_few_documents_to_judge_are_no_alert_and_say_why():
+  reference = distribution(5000, 5000, {9: 8000, 8: 1500, 7: 500})
+  # Less sure: over the alert threshold, but on 100 documents, where two
+  # samples of the same distribution often differ by as much.
+  unsure = drift.compare(distribution(50, 50, {5: 60, 9: 40}), reference)
+  assert unsure['psi']['confidence'] > drift.PSI_ALERT
+  assert unsure['judged'] == {'labels': True, 'confidence': False}
+  assert not unsure['alert']
+  assert unsure['min_documents']['confidence'] == 205
+  assert list(unsure['not_judged']) == ['confidence']
+  assert unsure['not_judged']['confidence'].startswith(
+      '100 documents against a reference of 10000: two samples of one '
+      'distribution this size differ by a PSI of about 0.091 over 10 bins')
+  assert unsure['not_judged']['confidence'].endswith(
+      'judged from 205 documents')
+  # A judged PSI still raises it beside one that is not.
+  shifted = drift.compare(distribution(10, 90, {9: 100}), reference)
+  assert shifted['judged'] == {'labels': True, 'confidence': False}
+  assert shifted['alert']
+
+
+def test_same_distribution_below_the_judged_size_raises_no_alert():
+  """80 documents of the reference's own distribution: their confidence PSI
+  is often over the threshold by chance alone, and never an alert."""
+  rng = np.random.default_rng(0)
+  shares = np.array([0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2,
+                     0.22])
+  reference = drift.distribution(
+      ['neg', 'pos'], {'neg': 500, 'pos': 500},
+      dict(enumerate(rng.multinomial(1000, shares).tolist())),
+      drift.CONFIDENCE_EDGES)
+  over = 0
+  for _ in range(200):
+    sample = drift.distribution(
+        ['neg', 'pos'], {'neg': 40, 'pos': 40},
+        dict(enumerate(rng.multinomial(80, shares).tolist())),
+        drift.CONFIDENCE_EDGES)
+    compared = drift.compare(sample, reference)
+    over += compared['psi']['confidence'] > drift.PSI_ALERT
+    assert not compared['alert']
+  assert over > 20
 
 
 def test_nothing_to_compare_without_a_reference_or_documents():
@@ -67,6 +122,40 @@ def test_report_image_and_its_absence_without_matplotlib(monkeypatch):
   assert drift.plot(report) is None
 
 
+def drawn_shares(drift_section):
+  """What the report draws: each side's bar heights, by the label under
+  each bar, read back from the figure's axes."""
+  from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+  figure, axes = pyplot.subplots(1, 2)
+  drift._draw(drift_section, *axes)  # pylint: disable=protected-access
+  label_axes = axes[0]
+  ticks = list(zip(label_axes.get_xticks(),
+                   [text.get_text() for text in label_axes.get_xticklabels()]))
+  drawn = {}
+  for bars in label_axes.containers:
+    drawn[bars.get_label()] = {
+        min(ticks, key=lambda tick, bar=bar: abs(
+            tick[0] - bar.get_x() - bar.get_width() / 2))[1]: bar.get_height()
+        for bar in bars}
+  pyplot.close(figure)
+  return drawn
+
+
+def test_the_report_draws_each_label_share_at_its_label():
+  names = ['billing', 'outage', 'spam']
+  current = drift.distribution(names, {'billing': 10, 'outage': 30,
+                                       'spam': 60}, {9: 100},
+                               drift.CONFIDENCE_EDGES)
+  # The reference lists its labels in another order.
+  reference = drift.distribution(['spam', 'billing', 'outage'], {
+      'spam': 20, 'billing': 50, 'outage': 30}, {9: 100},
+                                 drift.CONFIDENCE_EDGES)
+  drawn = drawn_shares(drift.compare(current, reference))
+  assert drawn == {
+      'partition': {'billing': 0.1, 'outage': 0.3, 'spam': 0.6},
+      'test split': {'billing': 0.5, 'outage': 0.3, 'spam': 0.2}}
+
+
 @pytest.mark.parametrize('edit', [
     lambda r: r['confidence_histogram'].update(edges=[1.0, 0.5, 0.0],
                                                shares=[0.5, 0.5]),
@@ -76,6 +165,8 @@ def test_report_image_and_its_absence_without_matplotlib(monkeypatch):
     lambda r: r['label_shares'].pop('pos'),
     lambda r: r['label_shares'].update(pos='half'),
     lambda r: r.update(label_shares=None),
+    lambda r: r.update(documents=0),
+    lambda r: r.pop('documents'),
     # Shares of no whole: a false drift alert on every partition.
     lambda r: r['label_shares'].update(neg=1.0, pos=1.0),
     lambda r: r['confidence_histogram']['shares'].__setitem__(0, 0.5),

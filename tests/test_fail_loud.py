@@ -1,6 +1,7 @@
 """A run that did not do its job never ends in exit 0 or ``_SUCCESS``: an
 unknown flag, a wrong field, format or encoding, too many rejections, a
 broken model."""
+import importlib
 import os
 
 import pytest
@@ -46,6 +47,28 @@ def test_an_unknown_flag_ends_every_entry_point_naming_the_closest(module):
             if line.startswith('error:')]
   assert errors == [f'error: unknown flag {typo.split("=")[0]}; did you '
                     f'mean {meant}? (see --help)']
+
+
+@pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
+def test_a_misspelt_required_flag_is_named_with_the_closest(
+    module, monkeypatch, capsys):
+  """Misspelt, a required flag is an unknown one, named with the flag
+  meant, not only a missing one."""
+  required, _, _ = ENTRY_POINTS[module]
+  flag, value = required[-1].split('=')
+  misspelt = flag[:3] + flag[4:]  # --output_dir: --otput_dir
+  status, stderr = main_in_process(
+      monkeypatch, capsys, importlib.import_module(module).run,
+      *required[:-1], f'{misspelt}={value}')
+  assert status == cli.EXIT_JOB_ERROR
+  assert stderr.splitlines() == [f'error: unknown flag {misspelt}; did you '
+                                 f'mean {flag}? (see --help)']
+  # Left out, it is missing.
+  status, stderr = main_in_process(
+      monkeypatch, capsys, importlib.import_module(module).run,
+      *required[:-1])
+  assert stderr.splitlines() == [
+      f'error: the following arguments are required: {flag} (see --help)']
 
 
 @pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
@@ -122,7 +145,13 @@ def write_lines(path, lines, encoding='utf-8'):
     (lambda d: write_lines(d / 'in.csv', ['id,body'] + [
         f'{i},a fine film' for i in range(30)]),
      [], 'the records have fields id, body — is --text_field=body meant?'),
-], ids=['wrong-field', 'wrong-format', 'wrong-encoding', 'csv-no-column'])
+    # The records would be accepted, with positions for ids.
+    (lambda d: write_jsonl(d / 'in.jsonl', synthetic_reviews(30, 22)),
+     ['--id_field=ident'], 'has the field ident (--id_field), so the job did '
+     'not start; the records have fields id, text, label, split — is '
+     '--id_field=id meant?'),
+], ids=['wrong-field', 'wrong-format', 'wrong-encoding', 'csv-no-column',
+        'wrong-id-field'])
 def test_input_nothing_of_which_is_accepted_stops_before_the_pipeline(
     trained, published, tmp_path, monkeypatch, capsys, corpus, flags,
     message):
@@ -144,6 +173,26 @@ def test_a_preprocessing_run_with_a_wrong_field_stops_before_the_pipeline(
   assert status == cli.EXIT_JOB_ERROR
   assert 'missing_label 30' in stderr
   assert 'is --label_field=label meant?' in stderr
+  assert not (tmp_path / 'out').exists()
+
+
+def test_every_field_no_record_has_is_named_in_one_error_line(
+    tmp_path, monkeypatch, capsys):
+  corpus = write_jsonl(tmp_path / 'in.jsonl', synthetic_reviews(30, 23))
+  status, stderr = main_in_process(
+      monkeypatch, capsys, preprocess.run, f'--input={corpus}',
+      f'--output_dir={tmp_path}/out', '--text_field=body',
+      '--label_field=sentiment', '--id_field=ident')
+  assert status == cli.EXIT_JOB_ERROR
+  (error,) = stderr.splitlines()
+  assert error.startswith(
+      f'error: none of the first 30 records of {corpus} would be accepted, '
+      'so the job did not start (missing_text 30, e.g. ')
+  assert error.endswith(
+      '; no record has the field body (--text_field), sentiment '
+      '(--label_field) or ident (--id_field); the records have fields id, '
+      'text, label, split — is --text_field=text --label_field=label '
+      '--id_field=id meant?)')
   assert not (tmp_path / 'out').exists()
 
 

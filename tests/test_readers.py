@@ -683,6 +683,61 @@ def test_ids_of_every_json_type(tmp_path):
       False]
 
 
+def test_an_id_field_given_must_be_there_and_the_default_may_not_be(
+    tmp_path):
+  path = tmp_path / 'ids.jsonl'
+  write_jsonl(path, [{'key': 'k0', 'text': 'x'}, {'text': 'no key'}])
+  parser = argparse.ArgumentParser()
+  readers.add_reader_arguments(parser)
+
+  def config(*flags):
+    return readers.read_config_from_args(
+        parser.parse_args(['--input=x', *flags]), format='jsonl')
+
+  assert (config().id_field, config().id_field_required) == ('id', False)
+  assert (config('--id_field=key').id_field,
+          config('--id_field=key').id_field_required) == ('key', True)
+  assert config('--id_field=').id_field is None
+  # Named, the field is one a record must have: a record without it gets
+  # its position, counted as a replaced id.
+  named = {r[raw.ID]: r for r in read(path, id_field='key',
+                                      id_field_required=True)}
+  assert not named['k0'].get(raw.ID_REPLACED)
+  (no_key,) = [r for i, r in named.items() if i != 'k0']
+  assert no_key[raw.ID_REPLACED]
+  # The default id field: where a record has none, its position, as ever.
+  assert not any(r.get(raw.ID_REPLACED) for r in read(path))
+
+
+@pytest.mark.parametrize('fmt', ['jsonl', 'csv', 'parquet', 'tfrecord'])
+def test_the_launchers_sample_lists_every_field_of_a_row(tmp_path, fmt):
+  rows = [{'key': f'k{i}', 'body': f'text {i}', 'stars': str(i)}
+          for i in range(3)]
+  path = tmp_path / f'in.{fmt}'
+  if fmt == 'jsonl':
+    write_jsonl(path, rows)
+  elif fmt == 'csv':
+    path.write_text('key,body,stars\n' + ''.join(
+        f'{r["key"]},{r["body"]},{r["stars"]}\n' for r in rows))
+  elif fmt == 'parquet':
+    pq.write_table(pa.Table.from_pylist(rows), path)
+  else:
+    with tf.io.TFRecordWriter(str(path)) as out:
+      for row in rows:
+        out.write(tf.train.Example(features=tf.train.Features(feature={
+            name: tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[value.encode()])) for name, value in row.items()
+        })).SerializeToString())
+  config = readers.ReadConfig(format=fmt, text_field='body')
+  sample = readers.sample(str(path), config, 100)
+  # Parquet's reader reads only the columns it needs: the sample names
+  # the rest too.
+  assert [sorted(r[raw.FIELDS]) for r in sample] == [
+      ['body', 'key', 'stars']] * 3
+  # The pipeline's records carry no such list.
+  assert not any(raw.FIELDS in r for r in read(path, fmt, text_field='body'))
+
+
 def test_files_of_two_formats_are_refused_naming_both(tmp_path):
   (tmp_path / 'a.csv').write_text('text\nx\n')
   write_jsonl(tmp_path / 'b.jsonl', [{'text': 'y'}])

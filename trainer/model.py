@@ -62,8 +62,8 @@ class ModelParams:
   transformer_vocab: int = 20000
   transformer_len: int = 256
   ngram_order: int = 3            # unigrams up to this order
-  # Training documents an n-gram needs; 0: chosen on validation
-  # (trainer.train.ngram_vocabulary).
+  # Training documents an n-gram needs; 0: one of trainer.train.MIN_COUNTS,
+  # chosen by cross-validation or on validation, as --folds says.
   ngram_min_count: int = 0
   ngram_init: float = 0.05        # every NBSVM weight's first value
   ngram_dropout: float = 0.0      # share of n-grams hidden while training
@@ -137,8 +137,9 @@ FIELD_HELP = {
     'transformer_len': 'The transformer sees at most this many tokens '
                        '(head and tail); 0: all.',
     'ngram_order': 'The n-gram branch counts n-grams up to this order.',
-    'ngram_min_count': 'Training documents an n-gram needs; 0: chosen on '
-                       'validation.',
+    'ngram_min_count': 'Training documents an n-gram needs; 0: chosen from '
+                       'the data, as --folds chooses (cross-validation over '
+                       'the train split, or the validation split).',
     'ngram_init': 'Every NBSVM weight\'s first value.',
     'ngram_dropout': 'Share of n-grams hidden while training.',
 }

@@ -174,7 +174,9 @@ def add_branch_args(parser) -> None:
                       default=model_lib.ModelParams().model,
                       help='transformer; nbsvm (binarized n-grams scaled '
                       'by Naive Bayes ratios); hybrid (both, each trained '
-                      'alone, their logits weighted on validation).')
+                      'alone, their logits weighted on held-out predictions: '
+                      'the cross-validation folds\' or the validation '
+                      'split\'s, as --folds chooses).')
   parser.add_argument('--ngram_epochs', type=flags.integer(1), default=None,
                       help='Most epochs of the n-gram branch (nbsvm, '
                       'hybrid); default: as --epochs.')

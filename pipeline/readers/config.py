@@ -5,7 +5,7 @@ import csv
 import dataclasses
 import os
 import posixpath
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
@@ -49,6 +49,9 @@ class ReadConfig:
   text_field: str = 'text'
   label_field: Optional[str] = 'label'
   id_field: Optional[str] = 'id'
+  # --id_field was given: the records must have that field, where by
+  # default a record without an id field gets its position.
+  id_field_required: bool = False
   split_field: Optional[str] = None
   # A field (an email header, for email) read as raw.GROUP.
   group_field: Optional[str] = None
@@ -61,6 +64,9 @@ class ReadConfig:
   # Readers report a corrupt file the same either way; the jobs choose their
   # exit status from it.
   allow_corrupt_files: bool = False
+  # Each record read from a row of named fields lists them (raw.FIELDS):
+  # the launcher's sample, for the jobs to name the fields an input has.
+  list_fields: bool = False
 
   def __post_init__(self):
     # An encoding the reader cannot use is a job-level error, found before
@@ -81,6 +87,16 @@ class ReadConfig:
       raise ReaderError(
           f'--group_field: {self.format} records have no fields; take the '
           'group from the id with --group_pattern')
+
+  @property
+  def named_fields(self) -> Dict[str, str]:
+    """The fields the records must have, by the flag that names them
+    (``text_field``: ``'body'``)."""
+    named = {'text_field': self.text_field, 'label_field': self.label_field,
+             'id_field': self.id_field if self.id_field_required else None,
+             'split_field': self.split_field,
+             'group_field': self.group_field}
+    return {flag: name for flag, name in named.items() if name}
 
   @property
   def max_record_bytes(self) -> int:
@@ -120,9 +136,13 @@ def add_reader_arguments(parser: argparse.ArgumentParser):
   group.add_argument('--text_field', default='text',
                      help='Field holding the text to classify (csv, tsv, '
                      'jsonl, parquet, tfrecord).')
-  group.add_argument('--id_field', default='id',
-                     help='Field with a record id; records without one get '
-                     'source file + position.')
+  group.add_argument('--id_field', default=None,
+                     help='Field with each record\'s id, which the records '
+                     'must have; a record whose field holds no id gets its '
+                     'source file + position, and is counted. Not given: '
+                     f'the field {ReadConfig.id_field} where a record has '
+                     'one, else its position; empty (--id_field=): '
+                     'positions.')
   group.add_argument('--csv_columns', default=None,
                      help='Comma-separated column names for CSV/TSV files '
                      'without a header row.')
@@ -151,7 +171,9 @@ def read_config_from_args(args, **overrides) -> ReadConfig:
   values = dict(
       format=args.format,
       text_field=args.text_field,
-      id_field=args.id_field or None,
+      id_field=(ReadConfig.id_field if args.id_field is None else
+                args.id_field or None),
+      id_field_required=bool(args.id_field),
       csv_columns=(tuple(c.strip() for c in args.csv_columns.split(','))
                    if args.csv_columns else None),
       csv_delimiter=args.csv_delimiter,

@@ -4,7 +4,7 @@ import json
 import math
 import re
 import unicodedata
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from pipeline.readers import config as config_lib
 from schemas import raw
@@ -111,15 +111,22 @@ def _id_text(value: Any) -> Optional[str]:
 
 
 def record_from_fields(fields: Dict[str, Any], config: config_lib.ReadConfig,
-                       default_id: str, source: str, payload: Any) -> Dict:
+                       default_id: str, source: str, payload: Any,
+                       names: Optional[Sequence[str]] = None) -> Dict:
   """A record from a row of named fields (JSON object, CSV row, Parquet row,
-  tf.Example). A row whose id field holds no usable id gets ``default_id``,
-  and is marked (raw.ID_REPLACED) so that the jobs count it."""
+  tf.Example). A row whose id field holds no usable id, or lacks an id field
+  that --id_field named, gets ``default_id``, and is marked
+  (raw.ID_REPLACED) so that the jobs count it. With ``config.list_fields``
+  the record lists the row's field names: ``names`` where a reader read
+  only the fields it needs (Parquet's columns), else the row's."""
   given_id = fields.get(config.id_field) if config.id_field else None
   record_id = _id_text(given_id)
   record = _record(fields, config, record_id or default_id, source, payload)
-  if record_id is None and config.id_field and config.id_field in fields:
+  if record_id is None and config.id_field and (
+      config.id_field in fields or config.id_field_required):
     record[raw.ID_REPLACED] = True
+  if config.list_fields:
+    record[raw.FIELDS] = list(fields if names is None else names)
   return record
 
 
@@ -127,8 +134,7 @@ def _record(fields: Dict[str, Any], config: config_lib.ReadConfig,
             record_id: str, source: str, payload: Any) -> Dict:
   text = fields.get(config.text_field)
   if text is None:
-    return {**rejection(record_id, source, rejected.MISSING_TEXT, payload),
-            raw.FIELDS: list(fields)}
+    return rejection(record_id, source, rejected.MISSING_TEXT, payload)
   if isinstance(text, bytes):
     try:
       text = text.decode(config.encoding)
@@ -151,6 +157,4 @@ def _record(fields: Dict[str, Any], config: config_lib.ReadConfig,
   if config.group_field:
     # An id's rules: a number is its JSON text, null or "" no group.
     record[raw.GROUP] = _id_text(fields.get(config.group_field))
-  if label is None and config.label_field:
-    record[raw.FIELDS] = list(fields)
   return record

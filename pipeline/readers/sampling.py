@@ -1,5 +1,6 @@
 """The first records of an input, read on the launcher: what a job checks
 before it starts a pipeline, and what it learns of the input's fields."""
+import dataclasses
 import itertools
 from typing import Dict, List
 
@@ -17,7 +18,9 @@ _SAMPLE_FILES = 20
 def sample(pattern: str, config: config_lib.ReadConfig,
            count: int) -> List[Dict]:
   """Up to ``count`` raw records from the first regular files ``pattern``
-  matches (in sorted order), parsed and checked as the jobs' readers do."""
+  matches (in sorted order), parsed and checked as the jobs' readers do;
+  each one read from a row of named fields lists them (raw.FIELDS)."""
+  config = dataclasses.replace(config, list_fields=True)
   found = []
   regular = [entry for entry in matching.entries(pattern) if not entry.problem]
   for entry in regular[:_SAMPLE_FILES]:

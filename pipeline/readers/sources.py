@@ -292,7 +292,8 @@ class ParquetSource(_RecordSource):
       if parquet is None:
         return
       metadata = parquet.metadata
-      columns = [c for c in wanted if c in parquet.schema_arrow.names]
+      names = parquet.schema_arrow.names
+      columns = [c for c in wanted if c in names]
       first_row = 0
       for index in range(metadata.num_row_groups):
         row_count = metadata.row_group(index).num_rows
@@ -315,7 +316,7 @@ class ParquetSource(_RecordSource):
             row_id = f'{file_name}:{row_number}'
             yield rows.guarded(row_id, file_name, fields,
                                rows.record_from_fields, fields, config, row_id,
-                               file_name, fields)
+                               file_name, fields, names)
         first_row += row_count
 
 

@@ -54,6 +54,10 @@ def inference_metrics(result) -> Dict:
   return found
 
 
+# What each of the drift section's PSIs is measured over.
+_MEASURED = {'labels': 'label shares', 'confidence': 'confidence'}
+
+
 def partition_drift(settings: Settings, tally: records.Tally) -> Dict:
   """The partition's label shares and confidence histogram against the
   export's reference (``serving.drift``)."""
@@ -65,13 +69,19 @@ def partition_drift(settings: Settings, tally: records.Tally) -> Dict:
 
 def write_drift_report(staging: str, drift_section: Dict) -> None:
   """``_report.png`` where matplotlib is installed (on the launcher: the
-  workers need no plotting); a warning when the drift alert is raised."""
+  workers need no plotting); a warning when the drift alert is raised, a
+  note for each PSI too few documents left unjudged."""
   if drift_section['alert']:
+    psi = drift_section['psi']
     logging.warning(
-        'score: predictions drifted from the test split: PSI %.3f on label '
-        'shares, %.3f on confidence (alert over %.1f)',
-        drift_section['psi']['labels'], drift_section['psi']['confidence'],
-        drift.PSI_ALERT)
+        'score: predictions drifted from the test split: %s (alert over '
+        '%.1f)', ', '.join(
+            f'PSI {psi[name]:.3f} on {_MEASURED[name]}'
+            for name, judged in drift_section['judged'].items()
+            if judged and psi[name] > drift.PSI_ALERT), drift.PSI_ALERT)
+  for name, why in drift_section['not_judged'].items():
+    logging.info('score: drift of the %s not judged: %s', _MEASURED[name],
+                 why)
   image = drift.plot(drift_section)
   if image:
     with FileSystems.create(posixpath.join(staging, scored.REPORT_FILE),
