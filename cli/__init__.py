@@ -138,13 +138,34 @@ def _silence_stderr() -> None:
                                  errors='backslashreplace'))
 
 
+# How long a stopped run may take to unwind (cancel its job, remove its
+# staging folder) before it exits regardless: a library that waits without
+# a bound (FnApiRunner joining an SDK worker process still starting) would
+# keep it for ever. Its watchdog stops what it leaves running.
+STOP_SECONDS = 60
+
+
 def _stop(signum, frame, silence: bool):
   del frame
   if not _STOPPED_BY:
     _STOPPED_BY.append(signum)
     if silence:
       _silence_stderr()
+    deadline = threading.Timer(STOP_SECONDS, _exit_unwound_or_not,
+                               args=(not silence,))
+    deadline.daemon = True
+    deadline.start()
     raise Stopped(signum)
+
+
+def _exit_unwound_or_not(verbose: bool) -> None:
+  """Ends a stopped run that is still unwinding, with its error line and
+  status."""
+  status, message = _outcome(Stopped(_STOPPED_BY[0]))
+  _say_last(f'error: {message}', verbose)
+  lifetime.exiting()
+  sys.stdout.flush()
+  os._exit(status)  # pylint: disable=protected-access
 
 
 # Libraries that log every stage at INFO, and a traceback with each error.
@@ -242,12 +263,25 @@ def _is_fd2(stream) -> bool:
     return False
 
 
+# Held while the run's last words are written, once.
+_LAST_WORDS = threading.Lock()
+_SAID = []
+
+
 def _say_last(line: str, verbose: bool) -> None:
   """Writes ``line`` to standard error in one write, where no log record is
-  half written, as the run's last words: without --verbose, what libraries
-  print while the process unwinds after it (a runner's threads, its job
-  server's shutdown) goes nowhere."""
+  half written, as the run's last words (once): without --verbose, what
+  libraries print while the process unwinds after it (a runner's threads,
+  its job server's shutdown) goes nowhere."""
   handlers = logging.getLogger().handlers
+  with _LAST_WORDS:
+    if _SAID:
+      return
+    _SAID.append(line)
+    _write_last(line, verbose, handlers)
+
+
+def _write_last(line: str, verbose: bool, handlers) -> None:
   for handler in handlers:
     handler.acquire()
   try:
@@ -265,6 +299,7 @@ def main(run: Callable[[Optional[List[str]]], object]) -> None:
   """Runs a job's ``run(argv)`` as a command-line program."""
   argv = sys.argv[1:]
   verbose = VERBOSE_FLAG in argv
+  _SAID.clear()
   _configure_logging(verbose)
   # Schedulers stop a job with SIGTERM first, a closed terminal with
   # SIGHUP; Python would die on them, or on SIGINT in a runner's thread,

@@ -29,6 +29,7 @@ are not the job's), ``on_exit`` and ``forget`` do nothing.
 """
 import atexit
 import json
+import locale
 import os
 import select
 import signal
@@ -75,7 +76,24 @@ def start() -> None:
   os.environ[MARK] = mark
   # Runs last (atexit is last in, first out): after Beam's own handlers
   # have stopped the job servers they started.
-  atexit.register(_send, {'exiting': True})
+  atexit.register(exiting)
+
+
+def exiting() -> None:
+  """Tells the watchdog that this process exits as it means to: what is
+  left to stop or cancel is no news to report."""
+  _send({'exiting': True})
+
+
+def java_environment(base: Optional[dict] = None) -> dict:
+  """The environment for a JVM the command starts: ``base`` (this
+  process's), in C.UTF-8 where its locale's encoding is not UTF-8 (cron
+  runs commands in the C locale): Java opens file names in that encoding,
+  and could not open a path with a character beyond ASCII."""
+  env = dict(os.environ if base is None else base)
+  if locale.nl_langinfo(locale.CODESET).replace('-', '').lower() != 'utf8':
+    env['LC_ALL'] = 'C.UTF-8'
+  return env
 
 
 def on_exit(key: str, command: Sequence[str]) -> None:

@@ -13,8 +13,13 @@ nothing:
   against the one pinned below, then put where Beam looks for its download.
 
 The cache is ``$RUNNER_CACHE``, else ``~/.cache/beam-text-classifier``.
+Each artifact's folder there holds a manifest of its files (size, mtime,
+sha256), written when it was fetched and checked whenever it is used: a
+jar cut short, a file gone or changed is an error naming it and the command
+that fetches it again (``fetch`` does so by itself).
 """
 import hashlib
+import json
 import os
 import pathlib
 import platform
@@ -55,7 +60,73 @@ PRISM_MODULE_HASHES = {
 
 
 class FetchError(Exception):
-  """An artifact could not be had, or was not the one pinned."""
+  """An artifact could not be had, was not the one pinned, or is damaged
+  in the cache."""
+
+
+# Every file of an artifact's folder, as fetched: {path: [size, mtime_ns,
+# sha256]}.
+MANIFEST = '.verified.json'
+
+
+def _files(folder: pathlib.Path):
+  return sorted(path for path in folder.rglob('*')
+                if path.is_file() and path.name != MANIFEST)
+
+
+def _record(folder: pathlib.Path) -> None:
+  """Writes ``folder``'s manifest."""
+  entries = {}
+  for path in _files(folder):
+    status = path.stat()
+    entries[str(path.relative_to(folder))] = [
+        status.st_size, status.st_mtime_ns, sha256(path)]
+  (folder / MANIFEST).write_text(json.dumps(entries, indent=0))
+
+
+def _damage(folder: pathlib.Path) -> str:
+  """What is wrong with ``folder`` against its manifest; '' when it is
+  whole. A file of the recorded size and mtime is taken as it was (a check
+  costs a stat a file); one whose mtime changed is hashed again, and its
+  mtime recorded anew when its bytes are the same."""
+  try:
+    entries = json.loads((folder / MANIFEST).read_text())
+  except (OSError, ValueError):
+    return f'{folder} has no readable manifest ({MANIFEST}) of its files'
+  changed = False
+  for relative, (size, mtime, digest) in entries.items():
+    path = folder / relative
+    try:
+      status = path.stat()
+    except OSError:
+      return f'{path} is missing'
+    if status.st_size != size:
+      return f'{path} has {status.st_size:,} bytes, not {size:,}'
+    if status.st_mtime_ns != mtime:
+      if sha256(path) != digest:
+        return f'{path} is not the file fetched (its sha256 differs)'
+      entries[relative][1] = status.st_mtime_ns
+      changed = True
+  if changed:
+    (folder / MANIFEST).write_text(json.dumps(entries, indent=0))
+  return ''
+
+
+def _whole(folder: pathlib.Path, what: str, repair: bool) -> bool:
+  """Whether ``folder`` holds artifact ``what`` whole: False where it is
+  missing, or damaged and ``repair`` (it is removed, to be fetched again);
+  a FetchError where it is damaged otherwise."""
+  if not folder.is_dir():
+    return False
+  damage = _damage(folder)
+  if not damage:
+    return True
+  if not repair:
+    raise FetchError(f'the runner cache is damaged: {damage}; run '
+                     f'`python -m clusters fetch {what}` to fetch it again')
+  print(f'{what}: fetching again: {damage}', flush=True)
+  shutil.rmtree(folder)
+  return False
 
 
 def _run(command, **kwargs):
@@ -90,12 +161,12 @@ def home(cluster: str) -> pathlib.Path:
   return found
 
 
-def distribution(cluster: str) -> pathlib.Path:
+def distribution(cluster: str, repair: bool = False) -> pathlib.Path:
   """The unpacked PyPI distribution that holds the cluster's jars."""
   line = _requirement(DISTRIBUTIONS[cluster])
   name, version = line.split()[0].split('==')
   folder = CACHE / 'dist' / f'{name}-{version}'
-  if folder.is_dir():
+  if _whole(folder, cluster, repair):
     return folder
   (CACHE / 'dist').mkdir(parents=True, exist_ok=True)
   with tempfile.TemporaryDirectory(dir=CACHE / 'dist') as scratch:
@@ -115,18 +186,19 @@ def distribution(cluster: str) -> pathlib.Path:
     else:
       with tarfile.open(archive) as opened:
         opened.extractall(unpacked, filter='tar')
+    _record(unpacked)
     unpacked.rename(folder)
   return folder
 
 
-def job_server_jar(runner: str) -> pathlib.Path:
+def job_server_jar(runner: str, repair: bool = False) -> pathlib.Path:
   """Beam's job server for ``runner`` ('flink' or 'spark'), built by Maven
   from its pom once per version of the pom."""
   pom = HERE / 'jobservers' / runner / 'pom.xml'
   folder = CACHE / 'jobservers' / f'{runner}-{sha256(pom)[:12]}'
-  found = sorted(folder.glob('beam-runners-*-job-server-*.jar'))
-  if found:
-    return found[0]
+  if _whole(folder, runner, repair):
+    (found,) = folder.glob('beam-runners-*-job-server-*.jar')
+    return found
   repository = CACHE / 'm2'
   with tempfile.TemporaryDirectory(dir=CACHE) as build:
     _run(['mvn', '-B', '-q', '-C', '-f', pom,
@@ -137,8 +209,12 @@ def job_server_jar(runner: str) -> pathlib.Path:
       raise FetchError(f'{runner_jar} is not the jar pinned in '
                        f'{__name__}.JOB_SERVERS')
     (jar,) = pathlib.Path(build).glob('beam-runners-*-job-server-*.jar')
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.move(jar, folder / jar.name)
+    built = pathlib.Path(build, 'verified')
+    built.mkdir()
+    shutil.move(jar, built / jar.name)
+    _record(built)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    built.rename(folder)
   return folder / jar.name
 
 
@@ -148,12 +224,13 @@ def _go_environment() -> dict:
               GOFLAGS='-modcacherw -trimpath')
 
 
-def prism_binary(version: str = apache_beam.__version__) -> pathlib.Path:
+def prism_binary(version: str = apache_beam.__version__,
+                 repair: bool = False) -> pathlib.Path:
   """Beam's Prism runner at the SDK's version, built from the Go module
   proxy; installed where Beam looks for the release it would download
   (``install_prism``)."""
   binary = CACHE / 'prism' / version / 'prism'
-  if not binary.exists():
+  if not _whole(binary.parent, 'prism', repair):
     pinned = PRISM_MODULE_HASHES.get(version)
     if pinned is None:
       raise FetchError(f'no Prism module hash is pinned for Beam {version}')
@@ -166,46 +243,58 @@ def prism_binary(version: str = apache_beam.__version__) -> pathlib.Path:
       if f'{PRISM_MODULE}\tv{version}\t{pinned}' not in modules:
         raise FetchError(f'{PRISM_MODULE} v{version} was not built from the '
                          f'module pinned ({pinned}):\n{modules}')
-      binary.parent.mkdir(parents=True, exist_ok=True)
-      shutil.move(built, binary)
-  install_prism(binary, version)
+      verified = pathlib.Path(build, 'verified')
+      verified.mkdir()
+      shutil.move(built, verified / binary.name)
+      with zipfile.ZipFile(verified / _PRISM_ZIP, 'w',
+                           zipfile.ZIP_DEFLATED) as archive:
+        archive.write(verified / binary.name, _prism_release(version).stem)
+      _record(verified)
+      binary.parent.parent.mkdir(parents=True, exist_ok=True)
+      verified.rename(binary.parent)
+  install_prism(binary.parent / _PRISM_ZIP, version)
   return binary
 
 
-def install_prism(binary: pathlib.Path, version: str) -> pathlib.Path:
-  """Puts ``binary`` where Beam looks for its Prism download, as the zip
-  Beam's release holds, so that ``--runner=PrismRunner`` and DirectRunner
-  use it without a network."""
+# Beside the binary: the zip of it that Beam's release would be.
+_PRISM_ZIP = 'prism.zip'
+
+
+def _prism_release(version: str) -> pathlib.Path:
+  """Where Beam looks for the zip of its Prism release."""
   # pylint: disable-next=protected-access
   url = prism_runner.PrismJobServer._construct_download_url(
       f'v{version}', f'v{version}', platform.system(), platform.machine())
-  target = pathlib.Path(prism_runner.PrismJobServer.BIN_CACHE,
-                        url.rsplit('/', 1)[1])
-  member = target.name[:-len('.zip')]
-  archive = _zip_of(binary, member)
+  return pathlib.Path(prism_runner.PrismJobServer.BIN_CACHE,
+                      url.rsplit('/', 1)[1])
+
+
+def install_prism(archive: pathlib.Path, version: str) -> pathlib.Path:
+  """Puts ``archive``, the zip of the binary, where Beam looks for its Prism
+  download, so that ``--runner=PrismRunner`` and DirectRunner use it
+  without a network. Beam unpacks it beside it once, then runs what it
+  unpacked: a copy that is not the binary's is removed, to be unpacked
+  again."""
+  target = _prism_release(version)
+  unpacked = target.with_suffix('')
   if not target.exists() or sha256(target) != sha256(archive):
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(archive, target)
-    # Beam unpacks the zip beside it once, then runs what it unpacked.
-    pathlib.Path(target.parent, member).unlink(missing_ok=True)
+    unpacked.unlink(missing_ok=True)
+  if unpacked.exists():
+    with zipfile.ZipFile(archive) as opened:
+      inside = hashlib.sha256(opened.read(unpacked.name)).hexdigest()
+    if sha256(unpacked) != inside:
+      unpacked.unlink()
   return target
 
 
-def _zip_of(binary: pathlib.Path, member: str) -> pathlib.Path:
-  archive = binary.with_suffix('.zip')
-  if not archive.exists():
-    with zipfile.ZipFile(archive.with_suffix('.tmp'), 'w',
-                         zipfile.ZIP_DEFLATED) as written:
-      written.write(binary, member)
-    archive.with_suffix('.tmp').rename(archive)
-  return archive
-
-
 def fetch(what: str) -> None:
-  """``what``: flink, spark, prism or all."""
+  """``what``: flink, spark, prism or all; what is cached and whole is not
+  fetched again, what is damaged is."""
   for cluster in ('flink', 'spark'):
     if what in (cluster, 'all'):
-      print(f'{cluster}: {distribution(cluster)}', flush=True)
-      print(f'{cluster}: {job_server_jar(cluster)}', flush=True)
+      print(f'{cluster}: {distribution(cluster, repair=True)}', flush=True)
+      print(f'{cluster}: {job_server_jar(cluster, repair=True)}', flush=True)
   if what in ('prism', 'all'):
-    print(f'prism: {prism_binary()}', flush=True)
+    print(f'prism: {prism_binary(repair=True)}', flush=True)

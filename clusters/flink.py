@@ -85,12 +85,10 @@ def _memory_flags(classpath: str, home: pathlib.Path, conf: pathlib.Path,
                   process: str) -> List[List[str]]:
   """What Flink's scripts ask BashJavaUtils for: the JVM's heap flags and
   the memory settings they were derived from."""
-  output = subprocess.run(
-      [processes.java(), '-cp',
-       f'{home / "bin" / "bash-java-utils.jar"}:{classpath}',
+  output = processes.run_java(
+      ['-cp', f'{home / "bin" / "bash-java-utils.jar"}:{classpath}',
        'org.apache.flink.runtime.util.bash.BashJavaUtils',
-       f'GET_{process}_RESOURCE_PARAMS', '--configDir', str(conf)],
-      capture_output=True, text=True, check=True).stdout
+       f'GET_{process}_RESOURCE_PARAMS', '--configDir', conf])
   lines = [line.split(':', 1)[1] for line in output.splitlines()
            if line.startswith('BASH_JAVA_UTILS_EXEC_RESULT:')]
   return [lines[0].split(), lines[1].split()]
@@ -100,6 +98,7 @@ def _memory_flags(classpath: str, home: pathlib.Path, conf: pathlib.Path,
 def session_cluster(run_dir: pathlib.Path, slots: int = 2) -> Iterator[Cluster]:
   """A JobManager, a TaskManager of ``slots`` slots and a worker pool, all
   stopped on the way out; logs in ``run_dir``."""
+  java = processes.java()
   home = artifacts.home('flink')
   jars = sorted((home / 'lib').glob('*.jar'))
   (dist_jar,) = [jar for jar in jars if jar.name.startswith('flink-dist')]
@@ -123,7 +122,7 @@ def session_cluster(run_dir: pathlib.Path, slots: int = 2) -> Iterator[Cluster]:
       jvm, settings = _memory_flags(classpath, home, conf, process)
       log = run_dir / f'{name}.log'
       started.append((stack.enter_context(processes.started(
-          [processes.java(), *jvm, *java_options, f'-Dlog.file={log}',
+          [java, *jvm, *java_options, f'-Dlog.file={log}',
            f'-Dlog4j.configurationFile=file:{conf / "log4j.properties"}',
            '-classpath', classpath, main, '--configDir', conf, *settings],
           run_dir / f'{name}.out')), log))

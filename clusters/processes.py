@@ -3,6 +3,7 @@ file, waited for until they answer, and stopped whatever happens."""
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import json
 import os
 import pathlib
@@ -12,6 +13,8 @@ import subprocess
 import time
 import urllib.request
 from typing import Callable, Iterator, Optional, Sequence
+
+from cli import lifetime
 
 
 class ClusterError(Exception):
@@ -71,7 +74,8 @@ def started(command: Sequence, log: Optional[pathlib.Path],
   with (open(log, 'ab') if log is not None else
         open(os.devnull, 'wb')) as output:
     process = subprocess.Popen([str(part) for part in command], stdout=output,
-                               stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                               stderr=subprocess.STDOUT,
+                               env=lifetime.java_environment(env), cwd=cwd,
                                start_new_session=True,
                                preexec_fn=_end_with_parent)
   try:
@@ -105,6 +109,34 @@ def wait_until(ready: Callable[[], bool], processes: Sequence, what: str,
     time.sleep(0.5)
 
 
+@functools.lru_cache(maxsize=None)
 def java() -> str:
+  """The Java that runs the clusters ($JAVA_HOME's, else the PATH's), once
+  it was seen to run."""
   home = os.environ.get('JAVA_HOME')
-  return str(pathlib.Path(home, 'bin', 'java')) if home else 'java'
+  found = str(pathlib.Path(home, 'bin', 'java')) if home else 'java'
+  try:
+    ran = subprocess.run([found, '-version'], capture_output=True, text=True,
+                         timeout=60, check=False)
+    problem = (f'exit status {ran.returncode}: '
+               f'{(ran.stderr + ran.stdout).strip()[-300:]}'
+               if ran.returncode else '')
+  except (OSError, subprocess.TimeoutExpired) as error:
+    problem = str(error)
+  if problem:
+    raise ClusterError(f'{found} does not run ({problem}); install a JDK 17, '
+                       'or point JAVA_HOME at one')
+  return found
+
+
+def run_java(arguments: Sequence[str]) -> str:
+  """Runs ``java arguments`` to its end; its standard output, or a
+  ClusterError with what it said."""
+  ran = subprocess.run([java(), *map(str, arguments)], capture_output=True,
+                       text=True, env=lifetime.java_environment(),
+                       check=False)
+  if ran.returncode:
+    raise ClusterError(f'{java()} {" ".join(map(str, arguments))[:200]}... '
+                       f'failed ({ran.returncode}): '
+                       f'{(ran.stderr + ran.stdout).strip()[-1000:]}')
+  return ran.stdout

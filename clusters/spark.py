@@ -28,6 +28,7 @@ def standalone_cluster(run_dir: pathlib.Path, cores: int = 2,
                        memory: str = '4g') -> Iterator[Cluster]:
   """A Master, a Worker of ``cores`` cores and a worker pool, all stopped on
   the way out; logs in ``run_dir``."""
+  processes.java()  # the one spark-class runs
   home = artifacts.home('spark')
   master_port, master_ui, worker_ui = (processes.free_port()
                                        for _ in range(3))

@@ -21,6 +21,7 @@ from apache_beam.runners.runner import PipelineState
 
 import cli
 from cli import flags
+from pipeline import job_servers
 from pipeline import watch
 
 # DirectRunner first tries to download the Prism runner, which an offline or
@@ -167,9 +168,10 @@ def _cluster_view(options: PipelineOptions) -> watch.View:
 
 def check_runner_options(pipeline_args: List[str]) -> None:
   """A JobError naming every problem the runner finds with its options
-  (DataflowRunner's missing project, region, temp_location), before any
-  work: Beam would find them only once the pipeline is built, and say them
-  on lines after its first."""
+  (DataflowRunner's missing project, region, temp_location) or with the
+  job server it would start, before any work: Beam would find them only
+  once the pipeline is built, and say them on lines after its first, or
+  not at all."""
   options = pipeline_options(pipeline_args)
   try:
     runner = runners.create_runner(options.view_as(StandardOptions).runner)
@@ -179,6 +181,7 @@ def check_runner_options(pipeline_args: List[str]) -> None:
   if errors:
     raise cli.JobError('the runner\'s options are not valid: ' + ' '.join(
         error.strip() for error in errors))
+  job_servers.check(options)
 
 
 def configure_filesystems(pipeline_args: List[str]) -> None:

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, NamedTuple, Optional, Tuple
 
@@ -347,15 +348,22 @@ def a_fault_ends_the_run(flags, trained, tmp_path, fault: Fault, running,
   launcher = start_scoring([f'--input={corpus}', f'--model_dir={model_dir}',
                             f'--output_dir={output_dir}', '--partition=dt=1',
                             f'--job_name={name}', *flags])
+  # Read while it runs: a launcher whose pipe is full would wait on it.
+  said = []
+  reading = threading.Thread(target=lambda: said.extend(launcher.stderr))
+  reading.start()
   try:
-    wait_for(lambda: running(name, launcher), process=launcher)
+    wait_for(lambda: running(name, launcher) or launcher.poll() is not None)
+    assert launcher.poll() is None, ''.join(said)[-3000:]
     started = descendants(launcher.pid)
     fault.inject(launcher, name)
     launcher.wait(timeout=fault.bound)
   finally:
     if launcher.poll() is None:
       launcher.kill()
-  _, stderr = launcher.communicate(timeout=120)
+  # Its watchdog, still cleaning up, holds the pipe too.
+  reading.join(timeout=120)
+  stderr = ''.join(said)
   assert launcher.returncode in fault.status, stderr[-3000:]
   lines = stderr.splitlines()
   errors = [line for line in lines if line.startswith('error: ')]

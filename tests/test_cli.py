@@ -122,3 +122,41 @@ def test_after_a_stop_only_the_error_line_reaches_stderr(verbose):
   assert lines[-1] == 'error: stopped by SIGTERM; nothing was published'
   # --verbose shows everything; by default the one line is all there is.
   assert (len(lines) > 1) == verbose
+
+
+_FAILING_WHILE_THREADS_FAIL = """
+import threading
+import cli
+
+def fail():
+  raise RuntimeError('a runner thread failed')
+
+def run(argv):
+  for _ in range(50):
+    threading.Thread(target=fail, name='data_plane').start()
+  raise ValueError('the job failed')
+
+cli.main(run)
+"""
+
+
+@pytest.mark.parametrize('verbose', [False, True], ids=['quiet', 'verbose'])
+def test_threads_failing_beside_a_failing_run_cut_no_error_line(verbose):
+  """A runner's threads fail by the dozen as a failed job is torn down:
+  each is one log line (its traceback only with --verbose), never lines
+  of a traceback cutting into the error line, which comes last."""
+  result = subprocess.run(
+      [sys.executable, '-c', _FAILING_WHILE_THREADS_FAIL] +
+      ([cli.VERBOSE_FLAG] if verbose else []), cwd=REPO, capture_output=True,
+      text=True, timeout=120, check=False)
+  assert result.returncode == cli.EXIT_FAILED
+  lines = result.stderr.strip().splitlines()
+  error = ('error: ValueError: the job failed (run with --verbose for the '
+           'traceback)')
+  assert [line for line in lines if 'error: ' in line] == [error]
+  # With --verbose the threads failing after it are logged after it.
+  assert lines[-1] == error or verbose
+  failures = [line for line in lines if 'data_plane ended by RuntimeError: '
+              'a runner thread failed' in line]
+  assert failures
+  assert ('Traceback' in result.stderr) == verbose

@@ -4,11 +4,13 @@ embedded mini-cluster, against the default runner, and the faults a Flink
 run meets (make test-runners)."""
 import signal
 import subprocess
+import sys
 
 import pytest
 
 from clusters import flink
 from tests import runner_checks
+from tests.conftest import REPO
 from tests.runner_checks import Fault
 from tests.runner_checks import preprocessed_by_default  # pylint: disable=unused-import
 
@@ -157,3 +159,23 @@ def test_a_stopped_launcher_stops_flinks_mini_cluster(trained, tmp_path,
   runner_checks.a_fault_ends_the_run(
       flink.local_flags(), trained, tmp_path, runner_checks.signalled(signum),
       running=job_server_runs)
+
+
+@pytest.mark.parametrize('signum', [signal.SIGHUP, signal.SIGKILL],
+                         ids=['sighup', 'sigkill'])
+def test_python_m_clusters_stops_its_cluster(tmp_path, signum):
+  """A closed terminal (SIGHUP) or SIGKILL ends `python -m clusters flink`
+  with every process of its cluster: the JobManager, the TaskManager, the
+  worker pool."""
+  command = subprocess.Popen(
+      [sys.executable, '-m', 'clusters', 'flink', f'--run_dir={tmp_path}'],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  assert 'is up' in command.stdout.readline()
+  started = runner_checks.descendants(command.pid)
+  assert sum('java' in runner_checks.command_line(pid)
+             for pid in started) == 2, started
+  command.send_signal(signum)
+  command.wait(timeout=120)
+  runner_checks.wait_for(
+      lambda: not any(runner_checks.alive(pid) for pid in started),
+      seconds=60)

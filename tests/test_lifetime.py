@@ -1,0 +1,125 @@
+"""cli.lifetime: what a command starts ends with it, however it ends."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli import lifetime
+from tests.conftest import REPO
+
+# A command run through cli.main, as every entry point is: it starts a
+# child (python sleeping), registers an exit command that writes a file,
+# says so, and waits. argv: the file, then 'wait', 'exit' (return), 'forget'
+# (take the exit command back, return) or 'early' (SIGKILL itself as soon
+# as the child runs, likely before any rescan of the watchdog's saw it).
+_COMMAND = """
+import os, subprocess, sys, time
+import cli
+from cli import lifetime
+
+def run(argv):
+  marker, how = argv[0], argv[1]
+  child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
+  lifetime.on_exit('mark', [sys.executable, '-c',
+                            f'open({marker!r}, "w").write("ran")'])
+  if how == 'forget':
+    lifetime.forget('mark')
+  print(child.pid, flush=True)
+  if how == 'early':
+    os.kill(os.getpid(), 9)
+  if how in ('exit', 'forget'):
+    return
+  time.sleep(600)
+
+cli.main(run)
+"""
+
+
+def start(tmp_path, how):
+  command = subprocess.Popen(
+      [sys.executable, '-c', _COMMAND, str(tmp_path / 'ran'), how], cwd=REPO,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  child = int(command.stdout.readline())
+  return command, child
+
+
+def gone(pid: int) -> bool:
+  try:
+    with open(f'/proc/{pid}/stat', encoding='utf-8') as stat:
+      return stat.read().rsplit(')', 1)[1].split()[0] == 'Z'
+  except OSError:
+    return True
+
+
+def wait_until(condition, seconds=60):
+  deadline = time.monotonic() + seconds
+  while not condition():
+    assert time.monotonic() < deadline, 'timed out'
+    time.sleep(0.1)
+
+
+@pytest.mark.parametrize('how', ['wait', 'early'])
+def test_a_killed_command_leaves_nothing_running(tmp_path, how):
+  """SIGKILL, which no handler sees: the watchdog stops the child, also one
+  started too late for any rescan to see (found by its environment's
+  mark), runs the exit command, and says so."""
+  command, child = start(tmp_path, how)
+  if how == 'wait':
+    command.kill()
+  _, stderr = command.communicate(timeout=120)
+  assert command.returncode == -signal.SIGKILL
+  wait_until(lambda: gone(child))
+  assert (tmp_path / 'ran').read_text() == 'ran'
+  assert f'process {command.pid} ended without cleaning up; stopped python' \
+      in stderr, stderr
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP,
+                                    signal.SIGINT])
+def test_a_signalled_command_says_so_and_leaves_nothing_running(tmp_path,
+                                                                signum):
+  command, child = start(tmp_path, 'wait')
+  command.send_signal(signum)
+  _, stderr = command.communicate(timeout=120)
+  assert command.returncode == 128 + signum
+  assert stderr.splitlines()[-1] == (
+      f'error: stopped by {signal.Signals(signum).name}; nothing was '
+      'published')
+  wait_until(lambda: gone(child))
+  # It exited by itself: the exit command still runs (a job it would have
+  # cancelled), and the watchdog says nothing.
+  assert (tmp_path / 'ran').read_text() == 'ran'
+  assert 'watchdog' not in stderr
+
+
+def test_a_forgotten_exit_command_does_not_run(tmp_path):
+  command, child = start(tmp_path, 'forget')
+  _, stderr = command.communicate(timeout=120)
+  assert command.returncode == 0, stderr
+  wait_until(lambda: gone(child))
+  assert not (tmp_path / 'ran').exists()
+
+
+def test_python_m_clusters_without_java_is_one_error_line(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'clusters', 'flink', f'--run_dir={tmp_path}'],
+      cwd=REPO, capture_output=True, text=True, timeout=120,
+      env={**os.environ, 'JAVA_HOME': str(tmp_path / 'no-jdk')})
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == [
+      f'error: {tmp_path / "no-jdk" / "bin" / "java"} does not run '
+      f'([Errno 2] No such file or directory: '
+      f'\'{tmp_path / "no-jdk" / "bin" / "java"}\'); install a JDK 17, or '
+      'point JAVA_HOME at one']
+
+
+def test_java_gets_a_utf8_locale_where_the_command_has_none():
+  result = subprocess.run(
+      [sys.executable, '-c', 'from cli import lifetime; '
+       'print(lifetime.java_environment().get("LC_ALL"))'],
+      cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+      env={**os.environ, 'LC_ALL': 'C'})
+  assert result.stdout.strip() == 'C.UTF-8'
