@@ -19,16 +19,19 @@ FLINK_VERSION = '1.19'
 # and more network memory than a small TaskManager's default share.
 # Beam's gRPC channels to the SDK workers buffer in direct memory, outside
 # what Flink manages: a 50,000-review preprocessing job ran the default
-# task off-heap (none) out of it.
+# task off-heap (none) out of it. And Beam's elements are whole batches of
+# TFT's records on the heap: the IMDB reviews in their folders ran a 1 GB
+# task heap out, so the TaskManager has 6 GB, little of it managed memory
+# (Beam's batch jobs use little).
 MEMORY = {
     'jobmanager.memory.process.size': '1600m',
-    'taskmanager.memory.process.size': '4096m',
+    'taskmanager.memory.process.size': '6144m',
     'taskmanager.memory.task.off-heap.size': '768m',
     'taskmanager.memory.framework.off-heap.size': '256m',
     'taskmanager.memory.network.min': '512m',
     'taskmanager.memory.network.max': '512m',
     'taskmanager.network.sort-shuffle.min-buffers': '64',
-    'taskmanager.memory.managed.fraction': '0.2',
+    'taskmanager.memory.managed.fraction': '0.1',
 }
 _JOBMANAGER = 'org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint'
 _TASKMANAGER = 'org.apache.flink.runtime.taskexecutor.TaskManagerRunner'

@@ -241,15 +241,15 @@ def wait(result, view: View, stall_seconds: float,
   while not returned.wait(POLL_SECONDS if last is not None else 1):
     seen, state = view.observe()
     now = time.monotonic()
-    if seen is not None and seen == last:
+    if seen is None or seen != last:
+      last, changed = seen, now
+    if seen is not None:
       longest = max(longest or 0, now - changed)
       if stall_seconds and now - changed >= stall_seconds:
         raise NoProgress(
             f'no progress for {now - changed:.0f} s (--stall_seconds='
             f'{stall_seconds:g}): {state}; the job was cancelled and '
             'nothing was published')
-    else:
-      last, changed = seen, now
     if state and progress_seconds and now - logged >= progress_seconds:
       logging.info('%s', state)
       logged = now

@@ -2,12 +2,14 @@
 JVMs on 127.0.0.1, SDK workers in an EXTERNAL worker pool) and on Flink's
 embedded mini-cluster, against the default runner, and the faults a Flink
 run meets (make test-runners)."""
+import os
 import signal
 import subprocess
 import sys
 
 import pytest
 
+from clusters import artifacts
 from clusters import flink
 from tests import runner_checks
 from tests.conftest import REPO
@@ -179,3 +181,25 @@ def test_python_m_clusters_stops_its_cluster(tmp_path, signum):
   runner_checks.wait_for(
       lambda: not any(runner_checks.alive(pid) for pid in started),
       seconds=60)
+
+
+def test_a_job_server_beyond_ascii_runs_under_crons_locale(trained, tmp_path):
+  """Cron runs jobs in the C locale, where Java cannot open a path with a
+  character beyond ASCII: the launcher gives the job server C.UTF-8."""
+  model_dir, _, _ = trained
+  jar = artifacts.job_server_jar('flink')
+  folder = tmp_path / 'runners café'
+  folder.mkdir()
+  (folder / jar.name).symlink_to(jar)
+  flags = [flag for flag in flink.local_flags()
+           if not flag.startswith('--flink_job_server_jar=')]
+  corpus = runner_checks.write_jsonl(tmp_path / 'docs.jsonl',
+                                     runner_checks.synthetic_reviews(50, 9))
+  result = subprocess.run(
+      [sys.executable, '-m', 'pipeline.score', f'--input={corpus}',
+       f'--model_dir={model_dir}', f'--output_dir={tmp_path / "scores"}',
+       f'--flink_job_server_jar={folder / jar.name}', *flags],
+      cwd=REPO, capture_output=True, text=True, timeout=600,
+      env={**os.environ, 'LC_ALL': 'C'})
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert len(runner_checks.scored_rows(tmp_path / 'scores')) == 50

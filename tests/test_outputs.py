@@ -193,7 +193,10 @@ def backdate(folder, seconds):
     os.utime(path, (then, then))
 
 
-def test_a_killed_runs_staging_folder_is_swept_after_a_day(tmp_path):
+def test_a_killed_runs_staging_folder_is_swept_after_a_day(tmp_path,
+                                                           caplog):
+  """A recent one is named (a run killed with its watchdog may have left a
+  cluster's job writing into it), never published, and kept."""
   root = tmp_path / 'scores'
   stale = leave_behind(root, 'dt=1')
   backdate(stale, outputs.STALE_SECONDS + 60)
@@ -204,6 +207,8 @@ def test_a_killed_runs_staging_folder_is_swept_after_a_day(tmp_path):
   publish(root, [PART], partition='dt=1')
   assert sorted(os.listdir(outputs.staging_root(str(root)))) == sorted(
       os.path.basename(f) for f in (recent, other))
+  assert [record.getMessage().split(':')[0] for record in caplog.records
+          if record.levelname == 'WARNING'] == [recent]
 
 
 def test_publish_and_rerun_on_an_object_store(monkeypatch):

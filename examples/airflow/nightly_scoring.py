@@ -56,9 +56,10 @@ with DAG(
            'INPUT_ROOT': INPUT_ROOT, 'OUTPUT_ROOT': OUTPUT_ROOT},
       append_env=True,  # PATH, HOME, TMPDIR... as the worker has them
       skip_on_exit_code=None,
-      # Worth it after a stop (130, 143), an unexpected failure (1) or an
-      # input not there yet (2); a bad corpus (3, 4) or model (5) fails the
-      # same way again, harmlessly: a retry is a rerun of the partition.
+      # Worth it after a stop (129, 130, 143), an unexpected failure (1), a
+      # cluster that made no progress (6) or an input not there yet (2); a
+      # bad corpus (3, 4) or model (5) fails the same way again, harmlessly:
+      # a retry is a rerun of the partition.
       retries=2,
       retry_delay=datetime.timedelta(minutes=10),
       execution_timeout=datetime.timedelta(hours=4),

@@ -141,10 +141,21 @@ class StagedOutput:
         changed[folder] = max(changed.get(folder, 0), os.path.getmtime(
             posixpath.join(self._staging_root, folder)))
     for folder, when in changed.items():
-      if own.fullmatch(folder) and when < time.time() - STALE_SECONDS:
+      if not own.fullmatch(folder):
+        continue
+      if when < time.time() - STALE_SECONDS:
         logging.info('removing %s, left by a run killed %.0f hours ago',
                      folder, (time.time() - when) / 3600)
         files.delete_tree(posixpath.join(self._staging_root, folder))
+      else:
+        # Another run of this output, or one killed with its watchdog (a
+        # job on a cluster may still write there): never published.
+        logging.warning(
+            '%s: another run is staging this output, or one was killed '
+            '(last change %.0f minutes ago); this run does not publish it, '
+            'and removes it once unchanged for a day',
+            posixpath.join(self._staging_root, folder),
+            (time.time() - when) / 60)
 
   def _create(self) -> None:
     """Creates the staging folder, proving the location writable and, on a
