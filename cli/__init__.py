@@ -155,6 +155,7 @@ def _stop(signum, frame, silence: bool):
                                args=(not silence,))
     deadline.daemon = True
     deadline.start()
+    lifetime.end_children()
     raise Stopped(signum)
 
 

@@ -106,6 +106,21 @@ def forget(key: str) -> None:
   _send({'forget': key})
 
 
+def end_children() -> None:
+  """Sends SIGTERM to every process this one started (the watchdog
+  aside), as a terminal's Ctrl-C reaches its whole process group: a stopped
+  run's job servers, Prism and SDK workers end now, not once the run's
+  unwinding gets to them (a library may wait on one without a bound)."""
+  if not _WATCHDOG:
+    return
+  for pid, _ in _descendants(os.getpid()):
+    if pid != _WATCHDOG[0].pid:
+      try:
+        os.kill(pid, signal.SIGTERM)
+      except OSError:
+        pass
+
+
 # The watchdog's side.
 
 ProcessId = Tuple[int, str]  # (pid, start time): a pid can be reused
