@@ -81,33 +81,30 @@ def test_a_stopped_launcher_cancels_its_flink_job(session, trained, tmp_path,
 
 
 def test_a_launcher_cancels_only_its_own_job(session, trained, tmp_path):
-  """Two launchers given one --job_name (a scheduler reusing a name): a
-  SIGTERM to one cancels its job, by id, and the other publishes."""
+  """Two launchers given one --job_name (a scheduler reusing a name, a rerun
+  started before the last one ended), started together: a SIGTERM to one
+  cancels its job, by id, and the other publishes."""
   model_dir, _, _ = trained
   corpus = runner_checks.write_jsonl(
-      tmp_path / 'namesake.jsonl', runner_checks.synthetic_reviews(5_000, 3))
-  namesakes = {}
-
-  def start_a_namesake(launcher, name):
-    namesakes['process'] = runner_checks.start_scoring([
-        f'--input={corpus}', f'--model_dir={model_dir}',
-        f'--output_dir={tmp_path / "namesake"}', f'--job_name={name}',
-        *session.runner_flags])
-    runner_checks.wait_for(lambda: len(named(session, name)) == 2,
-                           process=namesakes['process'])
-    launcher.send_signal(signal.SIGTERM)
-
-  runner_checks.a_fault_ends_the_run(
-      session.runner_flags, trained, tmp_path,
-      Fault(start_a_namesake, (128 + signal.SIGTERM,),
-            'error: stopped by SIGTERM; nothing was published'),
-      running=runs_on(session),
-      job_ended=lambda name: sorted(
-          job['state'] for job in named(session, name)) in (
-              ['CANCELED', 'FINISHED'], ['CANCELED', 'RUNNING']))
-  _, stderr = namesakes['process'].communicate(timeout=300)
-  assert namesakes['process'].returncode == 0, stderr[-3000:]
-  assert len(runner_checks.scored_rows(tmp_path / 'namesake')) == 5_000
+      tmp_path / 'large.jsonl',
+      runner_checks.synthetic_reviews(runner_checks.LARGE_CORPUS, 44))
+  launchers = [runner_checks.start_scoring([
+      f'--input={corpus}', f'--model_dir={model_dir}',
+      f'--output_dir={tmp_path / run}', '--job_name=nightly',
+      *session.runner_flags]) for run in ('kept', 'stopped')]
+  kept, stopped = launchers
+  runner_checks.wait_for(
+      lambda: [job['state'] for job in named(session, 'nightly')] == [
+          'RUNNING', 'RUNNING'], process=stopped)
+  stopped.send_signal(signal.SIGTERM)
+  for launcher, status in ((stopped, 128 + signal.SIGTERM), (kept, 0)):
+    _, stderr = launcher.communicate(timeout=600)
+    assert launcher.returncode == status, stderr[-3000:]
+  assert not (tmp_path / 'stopped').exists()
+  assert len(runner_checks.scored_rows(tmp_path / 'kept')) == (
+      runner_checks.LARGE_CORPUS)
+  assert sorted(job['state'] for job in named(session, 'nightly')) == [
+      'CANCELED', 'FINISHED']
 
 
 def stop(process: subprocess.Popen, signum: int) -> None:
