@@ -1,6 +1,7 @@
 """The trainer: layers, masking, save/load, a short real training run, the
 raw-text export contract, trainer.predict, the training flags and the
 trainer's guards."""
+import dataclasses
 import glob
 import json
 import logging
@@ -36,6 +37,7 @@ from trainer import model as model_lib
 from trainer import predict
 from trainer import branch_fit
 from trainer import ngram_fit
+from trainer import selection
 from trainer import settings as settings_lib
 from trainer import train
 
@@ -568,6 +570,39 @@ def transformer_schedule(*flags):
   settings = settings_lib.Settings.of(train_args(*flags), epochs=1,
                                       ngram_epochs=1, folds=0, refit=False)
   return settings.schedule(model_lib.TRANSFORMER_LOGITS)
+
+
+def test_the_flags_resolve_once_into_frozen_settings(synthetic_preprocessed,
+                                                     tmp_path):
+  args = train.parse_args([
+      f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
+      '--warmup_fraction=0.1', '--weight_decay=0.1',
+      '--ngram_learning_rate=0.01'])
+  parsed = dict(vars(args))
+  settings, data = settings_lib.settings_from_args(args)
+  assert vars(args) == parsed  # resolved into the settings, not the flags
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    settings.epochs = 1
+  # A few hundred short reviews: the most epochs, and cross-validation in
+  # selection.FOLDS folds then a refit, from the data.
+  epochs = settings_lib.default_epochs(data.num_examples(raw.TRAIN), 32)
+  assert (settings.epochs, settings.ngram_epochs) == (epochs, epochs)
+  assert (settings.folds, settings.refit) == (selection.FOLDS, True)
+  # Every flag in the export's metadata, as resolved; the folders as their
+  # links lead.
+  assert settings.record() == {
+      **parsed, 'data_dir': os.path.realpath(synthetic_preprocessed),
+      'model_dir': os.path.realpath(tmp_path), 'epochs': epochs,
+      'ngram_epochs': epochs, 'folds': selection.FOLDS, 'refit': True}
+  # The n-gram branch: its own epochs (as cross-validation chose them, when
+  # it did) and learning rate, no warm-up or weight decay.
+  assert settings.schedule(model_lib.NGRAM_LOGITS, 7) == settings_lib.Schedule(
+      epochs=7, learning_rate=0.01, warmup_fraction=0.0, decay=True,
+      weight_decay=0.0, clipnorm=None)
+  assert settings.schedule(model_lib.TRANSFORMER_LOGITS) == (
+      settings_lib.Schedule(epochs=epochs, learning_rate=1e-3,
+                            warmup_fraction=0.1, decay=True,
+                            weight_decay=0.1, clipnorm=None))
 
 
 def rates(schedule, steps):
