@@ -31,6 +31,18 @@ DATASET_CACHE = pathlib.Path(os.environ.get('DATASET_CACHE') or (
     _SHARED_DATASETS if _SHARED_DATASETS.is_dir() else REPO / 'data' / 'cache'))
 
 
+def pytest_configure(config):  # pylint: disable=unused-argument
+  """The commands the tests start, and signal, get SIGHUP and SIGINT as a
+  terminal gives them. A test run started in the background of a script
+  (which ignores SIGINT) or under nohup (SIGHUP) passes the ignoring on to
+  every process it starts, and a command keeps an ignored signal ignored,
+  as nohup asks."""
+  if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+  if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def registry_file(name: str) -> str:
   """The verified registry file of corpus ``name``: from the dataset cache,
   else downloaded into it once (kept for later runs); the test is skipped,
