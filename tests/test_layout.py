@@ -1,5 +1,6 @@
-"""The packages' import direction: schemas < cli < serving < the two jobs,
-the jobs independent of each other, and no job using the clusters tooling."""
+"""The packages' import direction: schemas < cli < serving and outputs <
+the two jobs, the jobs independent of each other, and no job using the
+clusters tooling."""
 import ast
 import pathlib
 import subprocess
@@ -14,8 +15,11 @@ ALLOWED = {
     'schemas': {'schemas'},
     'cli': {'schemas', 'cli'},
     'serving': {'schemas', 'cli', 'serving'},
-    'pipeline': {'schemas', 'cli', 'serving', 'pipeline'},
-    'trainer': {'schemas', 'cli', 'serving', 'trainer'},
+    # Where a job may write: below the jobs, which hand it their file
+    # access, so it imports neither Beam nor TensorFlow.
+    'outputs': {'schemas', 'cli', 'outputs'},
+    'pipeline': {'schemas', 'cli', 'serving', 'outputs', 'pipeline'},
+    'trainer': {'schemas', 'cli', 'serving', 'outputs', 'trainer'},
     # Tooling beside the jobs (the runners' clusters): none of them imports
     # it, and it imports none of them; an entry point itself, it shares
     # cli's (processes that end with the command that started them).

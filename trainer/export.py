@@ -16,7 +16,6 @@ there, and renamed to its version only then: a version that a scoring job
 can see has its evaluation and its drift reference, whenever the trainer
 was stopped.
 """
-import posixpath
 import time
 from typing import Dict, List
 
@@ -76,7 +75,8 @@ class RawTextClassifier(tf.Module):
 def save(model, tft_output, label_names: List[str], staging: str,
          metadata: Dict) -> None:
   """Saves the export, not yet visible, into ``staging`` (``runs.Run.export``),
-  for the evaluation to serve and complete; ``publish`` makes it a version."""
+  for the evaluation to serve and complete; ``runs.Run.publish`` makes it a
+  version."""
   module = RawTextClassifier(model, tft_output, label_names)
   tf.saved_model.save(module, staging,
                       signatures={
@@ -100,12 +100,3 @@ def next_version(model_dir: str) -> int:
         f'it fits in 64 bits ({exports.MAX_VERSION}) as TF Serving reads '
         'versions: train into another --model_dir')
   return version
-
-
-def publish(staging: str, model_dir: str, version: int) -> str:
-  """Renames a complete staged export, whose metadata names ``version``,
-  to ``export/<version>/``; returns it."""
-  cli.check_not_stopped()
-  final = posixpath.join(model_dir, serving.EXPORT_DIR, str(version))
-  tf.io.gfile.rename(staging, final)
-  return final

@@ -38,7 +38,7 @@ import tensorflow as tf
 
 import cli
 from cli import flags
-from schemas import folders
+from outputs import ownership
 from schemas import raw
 from serving import exports
 from trainer import calibration
@@ -231,7 +231,7 @@ def callbacks(args, scratch: str, logs: str, stop_early: bool = True):
   # Keras formats the path with the epoch's figures ({epoch}): a brace of
   # the folder's name is a literal one.
   checkpoint = posixpath.join(scratch, runs.CHECKPOINTS_DIR,
-                              'best.weights.h5').replace('{', '{{').replace(
+                              runs.CHECKPOINT_FILE).replace('{', '{{').replace(
                                   '}', '}}')
   return [
       *([keras.callbacks.EarlyStopping(monitor=args.monitor,
@@ -682,8 +682,8 @@ def run(argv=None):
   # The folders links lead to when the run starts: a link switched while it
   # trains (to a newer preprocessing output, say) changes nothing it reads
   # or writes.
-  args.data_dir = folders.resolved(args.data_dir)
-  args.model_dir = folders.resolved(args.model_dir)
+  args.data_dir = ownership.resolved(args.data_dir)
+  args.model_dir = ownership.resolved(args.model_dir)
   data = data_lib.PreprocessedData.load(args.data_dir)
   check_trainable(data, args.batch_size)
   for flag in ('epochs', 'ngram_epochs'):
@@ -752,9 +752,7 @@ def train_and_publish(args, params: model_lib.ModelParams,
       runs.report_dir(run_folders.export), evaluation,
       exports.read_metadata(run_folders.export),
       posixpath.join(run_folders.scratch, evaluate.HISTORY_FILE))
-  export_dir = export.publish(run_folders.export, args.model_dir, version)
-  run_folders.publish_scratch()
-  runs.copy_report(args.model_dir)
+  export_dir = run_folders.publish(version)
   validation = evaluation.metrics[raw.VALIDATION]
   test = evaluation.metrics[raw.TEST]
   logging.info(
