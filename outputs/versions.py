@@ -141,6 +141,25 @@ class Run:
   def logs(self) -> str:
     return posixpath.join(self.model_dir, LOGS_DIR, self.run_id)
 
+  def next_version(self) -> int:
+    """The version the run's export will have: the time in seconds, but
+    above every existing version, so the newest version is always the
+    newest run's, even after the clock went back; the model folder's lock
+    keeps two runs from taking the same one. An OutputError when no
+    version above them fits in 64 bits, as TF Serving reads versions."""
+    found = [version for version in map(serving.version_number,
+                                        self._files.listdir(posixpath.join(
+                                            self.model_dir,
+                                            serving.EXPORT_DIR)))
+             if version is not None]
+    version = max([int(time.time()), *(v + 1 for v in found)])
+    if version > serving.MAX_VERSION:
+      raise rules.OutputError(
+          f'{self.model_dir} has the version {max(found)}, and no version '
+          f'above it fits in 64 bits ({serving.MAX_VERSION}) as TF Serving '
+          'reads versions: train into another --model_dir')
+    return version
+
   def publish(self, version: int) -> str:
     """Once every check of the model folder passed again, renames the
     complete staged export, whose metadata names ``version``, to

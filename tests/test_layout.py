@@ -61,6 +61,21 @@ def test_the_trainer_loads_no_beam():
   assert not {m for m in loaded if m.startswith('apache_beam')}
 
 
+def test_the_outputs_layer_uses_neither_beam_nor_tensorflow():
+  """Each job hands it its own file access: the trainer loads no Beam for
+  it, the Beam jobs no TensorFlow of its own."""
+  wrong = sorted(
+      f'{path.relative_to(REPO)} imports {name}'
+      for path in (REPO / 'outputs').rglob('*.py')
+      for name in imported_packages(path)
+      if name in ('apache_beam', 'tensorflow'))
+  assert not wrong
+  loaded = modules_loaded_by('import outputs, outputs.partitions, '
+                             'outputs.versions')
+  assert 'outputs.rules' in loaded
+  assert not {m for m in loaded if m.startswith('apache_beam')}
+
+
 def test_a_scoring_worker_loads_no_tensorflow_transform(trained):
   _, export_dir, _ = trained
   loaded = modules_loaded_by(f'''

@@ -16,12 +16,10 @@ there, and renamed to its version only then: a version that a scoring job
 can see has its evaluation and its drift reference, whenever the trainer
 was stopped.
 """
-import time
 from typing import Dict, List
 
 import tensorflow as tf
 
-import cli
 from schemas import serving
 from schemas import transformed
 from serving import exports
@@ -85,18 +83,3 @@ def save(model, tft_output, label_names: List[str], staging: str,
                           serving.CLASSIFY_TOKEN_IDS: module.classify_token_ids,
                       })
   exports.write_metadata(staging, {**metadata, 'label_names': label_names})
-
-
-def next_version(model_dir: str) -> int:
-  """The version the run's export will have: the time in seconds, but above
-  every existing version, so the newest version is always the newest run's,
-  even after the clock went back; the model folder's lock keeps two runs
-  from taking the same one."""
-  versions = exports.versions(model_dir)
-  version = max([int(time.time()), *(v + 1 for v in versions)])
-  if version > exports.MAX_VERSION:
-    raise cli.JobError(
-        f'{model_dir} has the version {max(versions)}, and no version above '
-        f'it fits in 64 bits ({exports.MAX_VERSION}) as TF Serving reads '
-        'versions: train into another --model_dir')
-  return version

@@ -742,7 +742,7 @@ def train_and_publish(args, params: model_lib.ModelParams,
   })
   evaluation = evaluate.evaluate(run_folders.export, data)
   data.check_unchanged()
-  version = export.next_version(args.model_dir)
+  version = run_folders.next_version()
   exports.add_metadata(run_folders.export, {
       'version': version,
       'preprocessing_fingerprint': data.fingerprint})
