@@ -46,22 +46,24 @@ def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
   return round(selection.accuracy(logits, labels), 4)
 
 
-def transformer_held_out(args, params, data, examples, fold_of, folds: int,
+def transformer_held_out(settings, data, examples, fold_of, folds: int,
                          offsets) -> list:
   """Every example's transformer logits from the fold model that did not
   see it, after each epoch; trained on softmax(logits + offsets) when
   ``offsets`` are given, on softmax(logits) when None."""
   import keras  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from trainer import branch_fit  # pylint: disable=import-outside-toplevel
   from trainer import model as model_lib  # pylint: disable=import-outside-toplevel
-  from trainer import train  # pylint: disable=import-outside-toplevel
+  params = settings.params
+  schedule = settings.schedule(model_lib.TRANSFORMER_LOGITS)
   classes = len(data.label_names)
   width = min(data.max_len, params.transformer_len or data.max_len)
   token_ids = examples.token_ids[:, :width]
   offsets = (np.zeros((len(examples), classes), np.float32)
              if offsets is None else offsets)
   by_epoch = [np.zeros((len(examples), classes), np.float32)
-              for _ in range(args.epochs)]
+              for _ in range(schedule.epochs)]
   for fold in range(folds):
     fitted, held = np.flatnonzero(fold_of != fold), fold_of == fold
     whole = model_lib.build_model(
@@ -73,15 +75,15 @@ def transformer_held_out(args, params, data, examples, fold_of, folds: int,
     offset = keras.Input(shape=(classes,), dtype='float32')
     stacked = keras.Model([ids, offset], keras.layers.Activation('softmax')(
         keras.layers.Add()([branch(ids), offset])))
-    steps = len(fitted) // args.batch_size * args.epochs
-    stacked.compile(optimizer=train.optimizer(args, steps),
+    steps = len(fitted) // settings.batch_size * schedule.epochs
+    stacked.compile(optimizer=branch_fit.optimizer(schedule, steps),
                     loss=keras.losses.SparseCategoricalCrossentropy(),
                     jit_compile=True)
     batches = tf.data.Dataset.from_tensor_slices(
         ((token_ids[fitted], offsets[fitted]), examples.labels[fitted])
-    ).shuffle(len(fitted), seed=args.seed).batch(args.batch_size,
-                                                drop_remainder=True)
-    for epoch in range(args.epochs):
+    ).shuffle(len(fitted), seed=settings.seed).batch(settings.batch_size,
+                                                    drop_remainder=True)
+    for epoch in range(schedule.epochs):
       stacked.fit(batches, epochs=1, shuffle=False, verbose=0)
       by_epoch[epoch][held] = branch.predict(token_ids[held], batch_size=256,
                                              verbose=0)
@@ -94,29 +96,27 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
   stacked transformer, each read on the same held-out folds; ``flags``
   after the configuration's training flags."""
   import keras  # pylint: disable=import-outside-toplevel
-  from trainer import data as data_lib  # pylint: disable=import-outside-toplevel
+  from trainer import folds as folds_lib  # pylint: disable=import-outside-toplevel
   from trainer import ngrams  # pylint: disable=import-outside-toplevel
   from trainer import runs  # pylint: disable=import-outside-toplevel
-  from trainer import selection  # pylint: disable=import-outside-toplevel
+  from trainer import settings as settings_lib  # pylint: disable=import-outside-toplevel
   from trainer import train  # pylint: disable=import-outside-toplevel
   scratch = tempfile.mkdtemp(prefix='bench-stacked-')
-  args = train.parse_args([
+  settings, data = settings_lib.settings_from_args(train.parse_args([
       f'--data_dir={data_dir}', f'--model_dir={scratch}',
       f'@{os.path.join(_REPO, "configs", config, "train.args")}',
       f'--seed={seed}', f'--ngram_min_count={min_count}',
-      f'--folds={folds}', *flags])
-  params = train.model_params(args)
+      f'--folds={folds}', *flags]))
+  params = settings.params
   keras.utils.set_random_seed(seed)
-  data = data_lib.PreprocessedData.load(data_dir)
-  planned = train.plan_folds(args, data)
+  planned = folds_lib.plan(settings, data)
   examples, fold_of = planned.train, planned.fold_of
   labels = examples.labels
   started = time.time()
   # The trainer's own cross-validation of the n-gram branch alone: its
   # held-out logits at the best epoch, in the same folds.
-  ngram = train.cross_validate(
-      args, dataclasses.replace(params, model='nbsvm'), data, examples,
-      fold_of, planned.groups,
+  ngram = folds_lib.cross_validate(
+      settings, dataclasses.replace(params, model='nbsvm'), data, planned,
       ngrams.DocumentNgrams.fit(examples.dataset(1024), params.ngram_order),
       runs.Run(scratch)).logits[:, 0]
   result = {'folds': folds, 'examples': len(examples),
@@ -125,7 +125,7 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
             'ngram_s': round(time.time() - started)}
   for kind in ('alone', 'stacked'):
     started = time.time()
-    by_epoch = transformer_held_out(args, params, data, examples, fold_of,
+    by_epoch = transformer_held_out(settings, data, examples, fold_of,
                                     folds, ngram if kind == 'stacked'
                                     else None)
     if kind == 'alone':

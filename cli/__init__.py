@@ -10,6 +10,7 @@ of its own status, 1. Every process the run starts ends with it, however it
 ends (``lifetime``).
 """
 import atexit
+import contextlib
 import errno
 import functools
 import logging
@@ -41,6 +42,8 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
 # A closed terminal or a dropped ssh session.
 EXIT_HUNG_UP = 128 + signal.SIGHUP
+# What stops a run: a scheduler's SIGTERM, Ctrl-C, a closed terminal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Standard output's reader went away.
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 VERBOSE_FLAG = '--verbose'
@@ -149,23 +152,55 @@ def _stop(signum, frame, silence: bool):
   del frame
   if not _STOPPED_BY:
     _STOPPED_BY.append(signum)
-    if silence:
-      _silence_stderr()
+    # First, before anything that may block (a write to a standard error
+    # whose reader stopped reading).
     deadline = threading.Timer(STOP_SECONDS, _exit_unwound_or_not,
                                args=(not silence,))
     deadline.daemon = True
     deadline.start()
+    lifetime.end_children()
+    if silence:
+      _silence_stderr()
     raise Stopped(signum)
 
 
 def _exit_unwound_or_not(verbose: bool) -> None:
-  """Ends a stopped run that is still unwinding, with its error line and
-  status."""
+  """Ends a stopped run that is still unwinding, with its status and, where
+  standard error takes it now, its error line: the main thread may hold
+  the locks of a write that blocks. What the run staged is removed
+  (``at_forced_exit``)."""
   status, message = _outcome(Stopped(_STOPPED_BY[0]))
-  _say_last(f'error: {message}', verbose)
+  for cleanup in list(_FORCED_EXIT_CLEANUPS):
+    try:
+      cleanup()
+    except Exception:  # pylint: disable=broad-except
+      pass
+  if _LAST_WORDS.acquire(timeout=1):
+    if not _SAID:
+      _SAID.append(message)
+      fd = _ERROR_STREAM[0].fileno() if _ERROR_STREAM else 2
+      try:
+        os.set_blocking(fd, False)
+        os.write(fd, f'error: {message}\n'.encode('utf-8', 'replace'))
+      except OSError:
+        pass
   lifetime.exiting()
-  sys.stdout.flush()
   os._exit(status)  # pylint: disable=protected-access
+
+
+# What a stopped run that is exited regardless must still undo.
+_FORCED_EXIT_CLEANUPS: List[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def at_forced_exit(cleanup: Callable[[], None]) -> Iterator[None]:
+  """Runs ``cleanup`` if a stopped run is exited regardless while the block
+  runs (``STOP_SECONDS``): removing the run's staging folder."""
+  _FORCED_EXIT_CLEANUPS.append(cleanup)
+  try:
+    yield
+  finally:
+    _FORCED_EXIT_CLEANUPS.remove(cleanup)
 
 
 # Libraries that log every stage at INFO, and a traceback with each error.
@@ -305,8 +340,10 @@ def main(run: Callable[[Optional[List[str]]], object]) -> None:
   # SIGHUP; Python would die on them, or on SIGINT in a runner's thread,
   # without unwinding.
   stop = functools.partial(_stop, silence=not verbose)
-  for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(signum, stop)
+  for signum in STOP_SIGNALS:
+    # One the process was started ignoring (nohup) stays ignored.
+    if signal.getsignal(signum) is not signal.SIG_IGN:
+      signal.signal(signum, stop)
   lifetime.start()
   try:
     run(argv)

@@ -24,6 +24,9 @@ and a process whose parent ended first is no longer below the command: so
 starts inherits (as Jenkins finds a build's processes), and the watchdog
 stops what carries the mark too.
 
+A watchdog killed on its own is started again at once, and told the
+commands again.
+
 Without ``start()`` (a job run inside a test process, whose other children
 are not the job's), ``on_exit`` and ``forget`` do nothing.
 """
@@ -35,6 +38,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -49,16 +53,46 @@ COMMAND_SECONDS = 30
 _WATCHDOG: List[subprocess.Popen] = []
 # The environment variable that marks the processes a command started.
 MARK = 'BEAM_TEXT_CLASSIFIER_RUN'
+# What the watchdog was told, to tell a new one: the exit commands by key.
+_COMMANDS: Dict[str, List[str]] = {}
+_LOCK = threading.Lock()
 
 
 def _send(message: dict) -> None:
-  if not _WATCHDOG:
-    return
-  try:
-    _WATCHDOG[0].stdin.write(json.dumps(message) + '\n')
-    _WATCHDOG[0].stdin.flush()
-  except (OSError, ValueError):
-    pass  # the watchdog is gone: nothing to tell it
+  with _LOCK:
+    if not _WATCHDOG:
+      return
+    try:
+      _WATCHDOG[0].stdin.write(json.dumps(message) + '\n')
+      _WATCHDOG[0].stdin.flush()
+    except (OSError, ValueError):
+      pass  # the watchdog is gone: _keep_watching starts another
+
+
+def _start_watchdog(mark: str) -> None:
+  watchdog = subprocess.Popen(
+      [sys.executable, '-c', 'from cli import lifetime; '
+       f'lifetime.watch({os.getpid()}, {mark!r})'],
+      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+      start_new_session=True,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  with _LOCK:
+    _WATCHDOG[:] = [watchdog]
+  for key, command in list(_COMMANDS.items()):
+    _send({'on_exit': key, 'command': command})
+
+
+def _keep_watching(mark: str) -> None:
+  """Starts a new watchdog whenever the last one ends (killed on its own):
+  the command's processes would otherwise outlive it."""
+  while True:
+    _WATCHDOG[0].wait()
+    if _EXITING:
+      return
+    _start_watchdog(mark)
+
+
+_EXITING = []
 
 
 def start() -> None:
@@ -66,14 +100,10 @@ def start() -> None:
   if _WATCHDOG:
     return
   mark = _mark(os.getpid())
-  watchdog = subprocess.Popen(
-      [sys.executable, '-c', 'from cli import lifetime; '
-       f'lifetime.watch({os.getpid()}, {mark!r})'],
-      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-      start_new_session=True,
-      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  _WATCHDOG.append(watchdog)
+  _start_watchdog(mark)
   os.environ[MARK] = mark
+  threading.Thread(target=_keep_watching, args=(mark,), name='watchdog',
+                   daemon=True).start()
   # Runs last (atexit is last in, first out): after Beam's own handlers
   # have stopped the job servers they started.
   atexit.register(exiting)
@@ -82,6 +112,7 @@ def start() -> None:
 def exiting() -> None:
   """Tells the watchdog that this process exits as it means to: what is
   left to stop or cancel is no news to report."""
+  _EXITING.append(True)
   _send({'exiting': True})
 
 
@@ -99,11 +130,29 @@ def java_environment(base: Optional[dict] = None) -> dict:
 def on_exit(key: str, command: Sequence[str]) -> None:
   """Has the watchdog run ``command`` (bounded by COMMAND_SECONDS) once this
   process is gone, unless ``forget(key)`` came first."""
-  _send({'on_exit': key, 'command': list(command)})
+  if _WATCHDOG:
+    _COMMANDS[key] = list(command)
+    _send({'on_exit': key, 'command': list(command)})
 
 
 def forget(key: str) -> None:
+  _COMMANDS.pop(key, None)
   _send({'forget': key})
+
+
+def end_children() -> None:
+  """Sends SIGTERM to every process this one started (the watchdog
+  aside), as a terminal's Ctrl-C reaches its whole process group: a stopped
+  run's job servers, Prism and SDK workers end now, not once the run's
+  unwinding gets to them (a library may wait on one without a bound)."""
+  if not _WATCHDOG:
+    return
+  for pid, _ in _descendants(os.getpid()):
+    if pid != _WATCHDOG[0].pid:
+      try:
+        os.kill(pid, signal.SIGTERM)
+      except OSError:
+        pass
 
 
 # The watchdog's side.

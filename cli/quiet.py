@@ -91,11 +91,33 @@ def _entry_point() -> bool:
           script.startswith('textclf-'))
 
 
+def _standard_error() -> None:
+  """Gives a process started with standard error closed (``2>&-``) one that
+  goes nowhere: what the job would say there is lost, not the job."""
+  try:
+    os.fstat(2)
+  except OSError:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    if devnull != 2:
+      os.dup2(devnull, 2)
+      os.close(devnull)
+  if sys.stderr is None:
+    sys.stderr = open(2, 'w', encoding='utf-8', errors='backslashreplace',
+                      closefd=False)
+
+
+# The signals that stop a job (cli.STOP_SIGNALS, spelled out here, where
+# nothing of ours may load before TensorFlow).
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def _stop_while_loading() -> None:
-  """Makes SIGINT and SIGTERM, until ``cli.main`` sets its own handlers, end
-  the process with one line and the signal's status: the seconds an entry
-  point spends importing TensorFlow and Beam would otherwise end in a
-  KeyboardInterrupt traceback. Nothing has been done yet to undo."""
+  """Makes SIGINT, SIGTERM and SIGHUP, until ``cli.main`` sets its own
+  handlers, end the process with one line and the signal's status: the
+  seconds an entry point spends importing TensorFlow and Beam would
+  otherwise end in a KeyboardInterrupt traceback, or silently. Nothing has
+  been done yet to undo. A signal the process was started ignoring (nohup)
+  stays ignored."""
   stream = os.dup(2)  # fd 2 is captured while TensorFlow loads
 
   def stop(signum, frame):
@@ -104,10 +126,12 @@ def _stop_while_loading() -> None:
              'while starting; nothing was done\n'.encode())
     os._exit(128 + signum)  # pylint: disable=protected-access
 
-  for signum in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(signum, stop)
+  for signum in _STOP_SIGNALS:
+    if signal.getsignal(signum) is not signal.SIG_IGN:
+      signal.signal(signum, stop)
 
 
+_standard_error()
 if _entry_point():
   _stop_while_loading()
 load_tensorflow()

@@ -7,11 +7,13 @@ terminal), after printing the flags that send either job to it. Killed
 outright, its watchdog stops the cluster's processes (``cli.lifetime``)."""
 import argparse
 import pathlib
+import shlex
 import signal
 import sys
 import tempfile
 import threading
 
+import cli
 from cli import lifetime
 from clusters import artifacts
 from clusters import flink
@@ -38,28 +40,56 @@ def main(argv=None) -> int:
                          help='Folder for its configuration and logs '
                          '(default: a temporary one).')
   args = parser.parse_args(argv)
+  for signum in cli.STOP_SIGNALS:
+    # One the process was started ignoring (nohup) stays ignored.
+    if signal.getsignal(signum) is not signal.SIG_IGN:
+      signal.signal(signum, _stop)
   try:
     if args.command == 'fetch':
       artifacts.fetch(args.what)
       return 0
     run_dir = args.run_dir or pathlib.Path(
         tempfile.mkdtemp(prefix=f'{args.command}-'))
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-      signal.signal(signum, lambda *_: stop.set())
     lifetime.start()
-    with CLUSTERS[args.command](run_dir.resolve()) as running:
-      print(f'{args.command} is up (logs in {run_dir}); run either job with:',
-            flush=True)
-      print('  ' + ' '.join(running.runner_flags), flush=True)
-      try:
-        stop.wait()
-      except KeyboardInterrupt:
-        pass
-    return 0
+    return _serve(args.command, run_dir)
+  except _Stopped as stopped:
+    print(f'error: stopped by {signal.Signals(stopped.signum).name} while '
+          'starting; nothing is left running', file=sys.stderr)
+    return 128 + stopped.signum
   except (artifacts.FetchError, processes.ClusterError, OSError) as error:
     print(f'error: {error}', file=sys.stderr)
     return 2
+
+
+class _Stopped(BaseException):
+  """Raised by SIGTERM, SIGINT or SIGHUP: the cluster unwinds (its
+  processes stopped) from wherever it was."""
+
+  def __init__(self, signum: int):
+    super().__init__(signum)
+    self.signum = signum
+
+
+def _stop(signum, frame):
+  """Unwinds from the first stop signal; the later ones would cut the
+  unwinding short (what it misses, the watchdog stops)."""
+  del frame
+  for other in cli.STOP_SIGNALS:
+    signal.signal(other, signal.SIG_IGN)
+  raise _Stopped(signum)
+
+
+def _serve(command: str, run_dir: pathlib.Path) -> int:
+  """Runs the cluster until a stop signal: its normal end, status 0."""
+  with CLUSTERS[command](run_dir.resolve()) as running:
+    print(f'{command} is up (logs in {run_dir}); run either job with:',
+          flush=True)
+    print('  ' + shlex.join(running.runner_flags), flush=True)
+    try:
+      threading.Event().wait()
+    except _Stopped:
+      pass
+  return 0
 
 
 if __name__ == '__main__':

@@ -86,20 +86,29 @@ def _record(folder: pathlib.Path) -> None:
 
 def _damage(folder: pathlib.Path) -> str:
   """What is wrong with ``folder`` against its manifest; '' when it is
-  whole. A file of the recorded size and mtime is taken as it was (a check
-  costs a stat a file); one whose mtime changed is hashed again, and its
-  mtime recorded anew when its bytes are the same."""
+  whole: every file listed, none more, each as fetched. A file of the
+  recorded size and mtime is taken as it was (a check costs a stat a
+  file); one whose mtime changed is hashed again, and its mtime recorded
+  anew when its bytes are the same (where the cache can be written)."""
   try:
     entries = json.loads((folder / MANIFEST).read_text())
-  except (OSError, ValueError):
+    listed = {relative: (int(size), int(mtime), str(digest))
+              for relative, (size, mtime, digest) in entries.items()}
+  except (OSError, ValueError, TypeError, AttributeError):
     return f'{folder} has no readable manifest ({MANIFEST}) of its files'
+  present = {str(path.relative_to(folder)) for path in _files(folder)}
+  missing, more = sorted(set(listed) - present), sorted(present - set(listed))
+  if not listed:
+    return f'the manifest of {folder} lists no file'
+  if missing:
+    return f'{folder / missing[0]} is missing'
+  if more:
+    return f'{folder / more[0]} is no file fetched (not in the manifest)'
+
   changed = False
-  for relative, (size, mtime, digest) in entries.items():
+  for relative, (size, mtime, digest) in listed.items():
     path = folder / relative
-    try:
-      status = path.stat()
-    except OSError:
-      return f'{path} is missing'
+    status = path.stat()
     if status.st_size != size:
       return f'{path} has {status.st_size:,} bytes, not {size:,}'
     if status.st_mtime_ns != mtime:
@@ -108,7 +117,10 @@ def _damage(folder: pathlib.Path) -> str:
       entries[relative][1] = status.st_mtime_ns
       changed = True
   if changed:
-    (folder / MANIFEST).write_text(json.dumps(entries, indent=0))
+    try:
+      (folder / MANIFEST).write_text(json.dumps(entries, indent=0))
+    except OSError:
+      pass  # a read-only cache: checked again, by hash, next time
   return ''
 
 

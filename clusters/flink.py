@@ -2,6 +2,7 @@
 JVMs started as Flink's own scripts start them, from the distribution PyPI's
 apache-flink-libraries ships (which has the jars, not the scripts)."""
 import contextlib
+import json
 import pathlib
 import re
 import subprocess
@@ -112,8 +113,10 @@ def session_cluster(run_dir: pathlib.Path, slots: int = 2) -> Iterator[Cluster]:
   conf.mkdir(parents=True, exist_ok=True)
   ports = {name: processes.free_port()
            for name in ('rpc', 'taskmanager', 'data', 'blob', 'rest')}
+  # Each value a JSON string, which YAML reads as written: a folder's name
+  # may hold ' #', YAML's comment.
   (conf / 'config.yaml').write_text(''.join(
-      f'{key}: {value}\n'
+      f'{key}: {json.dumps(str(value))}\n'
       for key, value in _configuration(run_dir, ports, slots).items()))
   (conf / 'log4j.properties').write_text(_LOG4J)
   java_options = _java_options(dist_jar).split()
@@ -126,7 +129,8 @@ def session_cluster(run_dir: pathlib.Path, slots: int = 2) -> Iterator[Cluster]:
       log = run_dir / f'{name}.log'
       started.append((stack.enter_context(processes.started(
           [java, *jvm, *java_options, f'-Dlog.file={log}',
-           f'-Dlog4j.configurationFile=file:{conf / "log4j.properties"}',
+           '-Dlog4j.configurationFile='
+           f'{(conf / "log4j.properties").as_uri()}',
            '-classpath', classpath, main, '--configDir', conf, *settings],
           run_dir / f'{name}.out')), log))
       roles[name] = started[-1][0]

@@ -1,5 +1,6 @@
 """Replace-whole, the Beam jobs' strategy: a staging folder that replaces
 the output folder whole when published, or is removed."""
+import contextlib
 import dataclasses
 import logging
 import os
@@ -170,6 +171,7 @@ class StagedOutput:
     self.staging_dir = posixpath.join(
         self._staging_root, f'{self._name}-{uuid.uuid4().hex[:12]}')
     self._published = False
+    self._while_staged = contextlib.ExitStack()
 
   def __enter__(self) -> 'StagedOutput':
     if self._files.is_local(self._staging_root) and os.path.islink(
@@ -184,9 +186,13 @@ class StagedOutput:
     except OutputError:
       self.discard()
       raise
+    # A stopped run that cannot unwind is exited regardless: its staging
+    # folder goes with it.
+    self._while_staged.enter_context(cli.at_forced_exit(self.discard))
     return self
 
   def __exit__(self, *exc_info) -> None:
+    self._while_staged.close()
     if not self._published:
       self.discard()
 

@@ -8,6 +8,7 @@ import threading
 from typing import Callable, List, Optional, Sequence
 
 import apache_beam as beam
+import grpc
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import FlinkRunnerOptions
@@ -208,6 +209,17 @@ def run_pipeline(pipeline_args: List[str],
   result = pipeline.run()
   try:
     quiet = watch.wait(result, view, stall_seconds, progress_seconds)
+  except watch.NoProgress as stalled:
+    outcome = ('the job was cancelled' if _cancel(result, view) else
+               'cancelling the job failed (see the warnings above)')
+    raise watch.NoProgress(
+        f'{stalled}; {outcome}; nothing was published') from stalled
+  except grpc.RpcError as lost:
+    _cancel(result, view)
+    raise RunnerFailed(
+        'the runner\'s job service stopped answering '
+        f'({lost.code().name}: {lost.details()}); nothing was published'
+    ) from lost
   except BaseException:
     _cancel(result, view)
     raise
@@ -222,7 +234,12 @@ def run_pipeline(pipeline_args: List[str],
 _CANCEL_SECONDS = 30
 
 
-def _cancel(result, view: watch.View) -> None:
+class RunnerFailed(cli.JobError):
+  """The runner went away while the job ran."""
+  exit_status = cli.EXIT_FAILED
+
+
+def _cancel(result, view: watch.View) -> bool:
   """Cancels the job behind ``result`` when the launcher stops waiting for
   it (a signal, a failure, no progress): a cluster runner (Flink, Spark,
   Dataflow) would otherwise run it on, writing into a staging folder that
@@ -230,11 +247,14 @@ def _cancel(result, view: watch.View) -> None:
   job server marks a job on a remote cluster cancelled without cancelling
   it there, so the view cancels it by the id the cluster gave it too. A
   job that has ended already, or a runner that cannot cancel, leaves
-  nothing to do."""
+  nothing to do. Whether the job is cancelled."""
+  cancelled = []
+
   def cancel():
     try:
       if not PipelineState.is_terminal(result.state):
         result.cancel()
+      cancelled.append(True)
     except Exception as error:  # pylint: disable=broad-except
       logging.warning('could not cancel the pipeline: %s', error)
 
@@ -244,5 +264,7 @@ def _cancel(result, view: watch.View) -> None:
   if cancelling.is_alive():
     logging.warning('the job service did not answer the cancel in %d s',
                     _CANCEL_SECONDS)
-  view.cancel()
+  # A job on a remote cluster, which the job service's cancel does not
+  # reach, is cancelled when the cluster says so.
+  return view.cancel() if view.remote else bool(cancelled)
 

@@ -62,6 +62,9 @@ def _request(url: str, method: str = 'GET'):
 class View:
   """What the launcher sees of its job on a runner. This base sees nothing
   beyond the job service's state, and judges no progress."""
+  # Whether the job runs on a cluster the job service's cancel does not
+  # reach.
+  remote = False
 
   def submitting(self) -> None:
     """Called before the job is submitted."""
@@ -71,9 +74,10 @@ class View:
     cannot tell; the runner's state in words)."""
     return None, ''
 
-  def cancel(self) -> None:
+  def cancel(self) -> bool:
     """Cancels the job on the cluster by its id, beyond what the job
-    service's cancel does."""
+    service's cancel does; whether it is cancelled (or was never there)."""
+    return True
 
   def ended(self) -> None:
     """The job has ended: nothing is left for the watchdog to cancel."""
@@ -81,6 +85,7 @@ class View:
 
 class FlinkView(View):
   """A job on a Flink cluster, through its REST API."""
+  remote = True
 
   def __init__(self, rest_url: str, job_name: str):
     self._rest_url = rest_url.rstrip('/')
@@ -118,8 +123,8 @@ class FlinkView(View):
       job = _request(f'{self._rest_url}/jobs/{job_id}')
       managers = _request(f'{self._rest_url}/taskmanagers')['taskmanagers']
     except (OSError, ValueError, KeyError) as error:
-      return ('unreachable',), (f'the Flink cluster at {self._rest_url} does '
-                                f'not answer ({error})')
+      return _unanswered(self._job_id, f'the Flink cluster at '
+                         f'{self._rest_url} does not answer ({error})')
     vertices = job.get('vertices', [])
     moved = tuple(
         (vertex['id'], vertex['status'],
@@ -140,13 +145,23 @@ class FlinkView(View):
     try:
       logging.info('%s', cancel_flink_job(self._rest_url, self._job_name,
                                           self._job_id))
-      self.ended()
     except (OSError, ValueError, KeyError) as error:
       logging.warning('could not cancel the job on Flink at %s: %s',
                       self._rest_url, error)
+      return False
+    self.ended()
+    return True
 
   def ended(self):
     lifetime.forget(self._exit_key)
+
+
+def _unanswered(found: Optional[str], state: str):
+  """What a view that could not reach its cluster saw: no progress, once it
+  had found the job there (the cluster is gone); nothing to judge before
+  (the job is starting, or its driver's UI is not where the launcher
+  looks: Spark moves it from a port in use)."""
+  return (('unreachable',) if found else None), state
 
 
 def flink_job_id(rest_url: str, job_name: str) -> Optional[str]:
@@ -168,13 +183,19 @@ def cancel_flink_job(rest_url: str, job_name: str,
   state = _request(f'{rest_url}/jobs/{job_id}')['state']
   if state in _FLINK_ENDED:
     return f'Flink job {job_id} had ended ({state})'
-  _request(f'{rest_url}/jobs/{job_id}?mode=cancel', method='PATCH')
+  try:
+    _request(f'{rest_url}/jobs/{job_id}?mode=cancel', method='PATCH')
+  except urllib.error.HTTPError as error:
+    if error.code != 409:  # Conflict: it ended since
+      raise
+    return f'Flink job {job_id} had ended'
   return f'cancelled Flink job {job_id} at {rest_url}'
 
 
 class SparkView(View):
   """An application of Beam's Spark job server, which is its Spark driver,
-  through the driver's REST API (on the port the launcher gave it)."""
+  through the driver's REST API (on the port the launcher gave it; where
+  the application is not found there, nothing is judged)."""
 
   def __init__(self, ui_url: str, job_name: str):
     self._ui_url = ui_url.rstrip('/')
@@ -196,8 +217,8 @@ class SparkView(View):
                    _request(f'{api}/{self._app_id}/executors')
                    if executor['id'] != 'driver']
     except (OSError, ValueError, KeyError) as error:
-      return ('unreachable',), (f'the Spark driver at {self._ui_url} does '
-                                f'not answer ({error})')
+      return _unanswered(self._app_id, f'the Spark driver at {self._ui_url} '
+                         f'does not answer ({error})')
     done = sum(job.get('numCompletedTasks', 0) for job in jobs)
     total = sum(job.get('numTasks', 0) for job in jobs)
     running = sum(executor.get('activeTasks', 0) for executor in executors)
@@ -248,8 +269,7 @@ def wait(result, view: View, stall_seconds: float,
       if stall_seconds and now - changed >= stall_seconds:
         raise NoProgress(
             f'no progress for {now - changed:.0f} s (--stall_seconds='
-            f'{stall_seconds:g}): {state}; the job was cancelled and '
-            'nothing was published')
+            f'{stall_seconds:g}): {state}')
     if state and progress_seconds and now - logged >= progress_seconds:
       logging.info('%s', state)
       logged = now

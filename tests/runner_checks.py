@@ -334,7 +334,8 @@ def signalled(signum: int) -> Fault:
 def a_fault_ends_the_run(flags, trained, tmp_path, fault: Fault, running,
                          job_ended=lambda name: True):
   """A run of the scoring job on a runner (its ``flags``), once
-  ``running(job name, launcher)`` holds, suffers ``fault``: the launcher
+  ``running(job name, launcher)`` holds (``launcher.said``: the lines of
+  standard error so far), suffers ``fault``: the launcher
   ends within the fault's bound, with its status and one error line, the
   last; the published partition stays as it was; every process the run
   started ends, the cluster's job with it (``job_ended(name)`` comes true);
@@ -349,7 +350,7 @@ def a_fault_ends_the_run(flags, trained, tmp_path, fault: Fault, running,
                             f'--output_dir={output_dir}', '--partition=dt=1',
                             f'--job_name={name}', *flags])
   # Read while it runs: a launcher whose pipe is full would wait on it.
-  said = []
+  said = launcher.said = []
   reading = threading.Thread(target=lambda: said.extend(launcher.stderr))
   reading.start()
   try:

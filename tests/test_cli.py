@@ -111,12 +111,15 @@ cli.main(run)
 """
 
 
+def run_code(code: str, verbose: bool) -> subprocess.CompletedProcess:
+  return subprocess.run(
+      [sys.executable, '-c', code] + ([cli.VERBOSE_FLAG] if verbose else []),
+      cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+
+
 @pytest.mark.parametrize('verbose', [False, True], ids=['quiet', 'verbose'])
 def test_after_a_stop_only_the_error_line_reaches_stderr(verbose):
-  result = subprocess.run(
-      [sys.executable, '-c', _STOPPED_WHILE_A_LIBRARY_PRINTS] +
-      ([cli.VERBOSE_FLAG] if verbose else []), cwd=REPO, capture_output=True,
-      text=True, timeout=120, check=False)
+  result = run_code(_STOPPED_WHILE_A_LIBRARY_PRINTS, verbose)
   assert result.returncode == cli.EXIT_TERMINATED
   lines = result.stderr.strip().splitlines()
   assert lines[-1] == 'error: stopped by SIGTERM; nothing was published'
@@ -145,10 +148,7 @@ def test_threads_failing_beside_a_failing_run_cut_no_error_line(verbose):
   """A runner's threads fail by the dozen as a failed job is torn down:
   each is one log line (its traceback only with --verbose), never lines
   of a traceback cutting into the error line, which comes last."""
-  result = subprocess.run(
-      [sys.executable, '-c', _FAILING_WHILE_THREADS_FAIL] +
-      ([cli.VERBOSE_FLAG] if verbose else []), cwd=REPO, capture_output=True,
-      text=True, timeout=120, check=False)
+  result = run_code(_FAILING_WHILE_THREADS_FAIL, verbose)
   assert result.returncode == cli.EXIT_FAILED
   lines = result.stderr.strip().splitlines()
   error = ('error: ValueError: the job failed (run with --verbose for the '

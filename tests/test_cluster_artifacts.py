@@ -3,6 +3,7 @@ them first), come from the cache: a second fetch runs no registry client;
 what is damaged there is refused on use, naming the file and the command
 that mends it, and fetched again by that command."""
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -110,3 +111,37 @@ def test_every_artifact_is_pinned():
   for package in artifacts.DISTRIBUTIONS.values():
     assert '--hash=sha256:' in artifacts._requirement(package)  # pylint: disable=protected-access
   assert artifacts.apache_beam.__version__ in artifacts.PRISM_MODULE_HASHES
+
+
+@pytest.mark.parametrize('edit, said', [
+    (lambda folder: (folder / artifacts.MANIFEST).write_text('[]'),
+     'has no readable manifest'),
+    (lambda folder: (folder / artifacts.MANIFEST).write_text('{}'),
+     'lists no file'),
+    (lambda folder: (folder / 'lib' / 'second.jar').write_bytes(b'x'),
+     r'second.jar is no file fetched \(not in the manifest\)'),
+], ids=['not a mapping', 'emptied', 'a file more'])
+def test_an_edited_artifact_is_refused(tmp_path, edit, said):
+  """An edited manifest cannot switch the check off, nor a file put
+  beside the ones fetched pass for one of them."""
+  folder = an_artifact(tmp_path / 'flink')
+  edit(folder)
+  with pytest.raises(artifacts.FetchError, match=said):
+    artifacts._whole(folder, 'flink', repair=False)  # pylint: disable=protected-access
+
+
+def test_a_read_only_cache_is_checked_by_hash(tmp_path):
+  """A cache whose manifest cannot be written (a read-only disk, an image
+  whose copy reset the files' times) is checked by hash and used."""
+  if not shutil.which('chattr'):
+    pytest.skip('chattr is not installed')
+  folder = an_artifact(tmp_path / 'flink')
+  os.utime(folder / 'lib' / 'runner.jar', ns=(1, 1))
+  manifest = folder / artifacts.MANIFEST
+  if subprocess.run(['chattr', '+i', str(manifest)], check=False,
+                    capture_output=True).returncode:
+    pytest.skip('this file system cannot make a file immutable')
+  try:
+    assert artifacts._whole(folder, 'flink', repair=False)  # pylint: disable=protected-access
+  finally:
+    subprocess.run(['chattr', '-i', str(manifest)], check=True)

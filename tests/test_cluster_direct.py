@@ -33,9 +33,9 @@ def test_a_killed_worker_loses_no_document(trained, tmp_path):
   """FnApiRunner runs the bundles of a worker process that died again in
   another: the run publishes every document once."""
   model_dir, _, _ = trained
+  documents = 20_000
   corpus = runner_checks.write_jsonl(
-      tmp_path / 'large.jsonl',
-      runner_checks.synthetic_reviews(runner_checks.LARGE_CORPUS, 44))
+      tmp_path / 'docs.jsonl', runner_checks.synthetic_reviews(documents, 44))
   launcher = runner_checks.start_scoring(
       [f'--input={corpus}', f'--model_dir={model_dir}',
        f'--output_dir={tmp_path / "scores"}', *MULTI_PROCESS])
@@ -51,4 +51,4 @@ def test_a_killed_worker_loses_no_document(trained, tmp_path):
   reading.join(timeout=120)
   assert launcher.returncode == 0, ''.join(said)[-3000:]
   ids = [row[scored.ID] for row in runner_checks.scored_rows(tmp_path / 'scores')]
-  assert len(ids) == len(set(ids)) == runner_checks.LARGE_CORPUS
+  assert len(ids) == len(set(ids)) == documents

@@ -3,6 +3,7 @@ JVMs on 127.0.0.1, SDK workers in an EXTERNAL worker pool) and on Flink's
 embedded mini-cluster, against the default runner, and the faults a Flink
 run meets (make test-runners)."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,33 +82,30 @@ def test_a_stopped_launcher_cancels_its_flink_job(session, trained, tmp_path,
 
 
 def test_a_launcher_cancels_only_its_own_job(session, trained, tmp_path):
-  """Two launchers given one --job_name (a scheduler reusing a name): a
-  SIGTERM to one cancels its job, by id, and the other publishes."""
+  """Two launchers given one --job_name (a scheduler reusing a name, a rerun
+  started before the last one ended), started together: a SIGTERM to one
+  cancels its job, by id, and the other publishes."""
   model_dir, _, _ = trained
   corpus = runner_checks.write_jsonl(
-      tmp_path / 'namesake.jsonl', runner_checks.synthetic_reviews(5_000, 3))
-  namesakes = {}
-
-  def start_a_namesake(launcher, name):
-    namesakes['process'] = runner_checks.start_scoring([
-        f'--input={corpus}', f'--model_dir={model_dir}',
-        f'--output_dir={tmp_path / "namesake"}', f'--job_name={name}',
-        *session.runner_flags])
-    runner_checks.wait_for(lambda: len(named(session, name)) == 2,
-                           process=namesakes['process'])
-    launcher.send_signal(signal.SIGTERM)
-
-  runner_checks.a_fault_ends_the_run(
-      session.runner_flags, trained, tmp_path,
-      Fault(start_a_namesake, (128 + signal.SIGTERM,),
-            'error: stopped by SIGTERM; nothing was published'),
-      running=runs_on(session),
-      job_ended=lambda name: sorted(
-          job['state'] for job in named(session, name)) in (
-              ['CANCELED', 'FINISHED'], ['CANCELED', 'RUNNING']))
-  _, stderr = namesakes['process'].communicate(timeout=300)
-  assert namesakes['process'].returncode == 0, stderr[-3000:]
-  assert len(runner_checks.scored_rows(tmp_path / 'namesake')) == 5_000
+      tmp_path / 'large.jsonl',
+      runner_checks.synthetic_reviews(runner_checks.LARGE_CORPUS, 44))
+  launchers = [runner_checks.start_scoring([
+      f'--input={corpus}', f'--model_dir={model_dir}',
+      f'--output_dir={tmp_path / run}', '--job_name=nightly',
+      *session.runner_flags]) for run in ('kept', 'stopped')]
+  kept, stopped = launchers
+  runner_checks.wait_for(
+      lambda: [job['state'] for job in named(session, 'nightly')] == [
+          'RUNNING', 'RUNNING'], process=stopped)
+  stopped.send_signal(signal.SIGTERM)
+  for launcher, status in ((stopped, 128 + signal.SIGTERM), (kept, 0)):
+    _, stderr = launcher.communicate(timeout=600)
+    assert launcher.returncode == status, stderr[-3000:]
+  assert not (tmp_path / 'stopped').exists()
+  assert len(runner_checks.scored_rows(tmp_path / 'kept')) == (
+      runner_checks.LARGE_CORPUS)
+  assert sorted(job['state'] for job in named(session, 'nightly')) == [
+      'CANCELED', 'FINISHED']
 
 
 def stop(process: subprocess.Popen, signum: int) -> None:
@@ -149,9 +147,15 @@ def test_score_on_flinks_mini_cluster(trained, tmp_path):
       flink.local_flags(), trained, tmp_path, metrics='committed')
 
 
-def job_server_runs(_, launcher):
-  return any('job-server' in runner_checks.command_line(pid)
-             for pid in runner_checks.children(launcher.pid))
+# Progress lines every second: the mini-cluster's SDK workers run in the
+# launcher, whose counts the lines report.
+PROGRESS = '--progress_seconds=1'
+
+
+def scores_on_the_mini_cluster(_, launcher):
+  """Documents flow: the launcher's progress line counts them."""
+  return any(re.match(r'.* score: [1-9][\d,]* read', line)
+             for line in launcher.said)
 
 
 @pytest.mark.parametrize('signum', [signal.SIGHUP, signal.SIGKILL],
@@ -159,8 +163,8 @@ def job_server_runs(_, launcher):
 def test_a_stopped_launcher_stops_flinks_mini_cluster(trained, tmp_path,
                                                       signum):
   runner_checks.a_fault_ends_the_run(
-      flink.local_flags(), trained, tmp_path, runner_checks.signalled(signum),
-      running=job_server_runs)
+      [*flink.local_flags(), PROGRESS], trained, tmp_path,
+      runner_checks.signalled(signum), running=scores_on_the_mini_cluster)
 
 
 @pytest.mark.parametrize('signum', [signal.SIGHUP, signal.SIGKILL],
@@ -168,9 +172,11 @@ def test_a_stopped_launcher_stops_flinks_mini_cluster(trained, tmp_path,
 def test_python_m_clusters_stops_its_cluster(tmp_path, signum):
   """A closed terminal (SIGHUP) or SIGKILL ends `python -m clusters flink`
   with every process of its cluster: the JobManager, the TaskManager, the
-  worker pool."""
+  worker pool. Its folder's name may hold what YAML and URLs read as
+  syntax."""
+  run_dir = tmp_path / 'run #1'
   command = subprocess.Popen(
-      [sys.executable, '-m', 'clusters', 'flink', f'--run_dir={tmp_path}'],
+      [sys.executable, '-m', 'clusters', 'flink', f'--run_dir={run_dir}'],
       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   assert 'is up' in command.stdout.readline()
   started = runner_checks.descendants(command.pid)
@@ -181,6 +187,40 @@ def test_python_m_clusters_stops_its_cluster(tmp_path, signum):
   runner_checks.wait_for(
       lambda: not any(runner_checks.alive(pid) for pid in started),
       seconds=60)
+  assert (run_dir / 'jobmanager.log').exists()
+  assert os.listdir(tmp_path) == ['run #1']
+
+
+def test_python_m_clusters_stopped_while_starting(tmp_path):
+  command = subprocess.Popen(
+      [sys.executable, '-m', 'clusters', 'flink', f'--run_dir={tmp_path}'],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  runner_checks.wait_for(lambda: any(
+      'java' in runner_checks.command_line(pid)
+      for pid in runner_checks.descendants(command.pid)), process=command)
+  started = runner_checks.descendants(command.pid)
+  command.send_signal(signal.SIGTERM)
+  out, err = command.communicate(timeout=120)
+  assert command.returncode == 128 + signal.SIGTERM
+  assert 'is up' not in out
+  assert err.splitlines() == ['error: stopped by SIGTERM while starting; '
+                              'nothing is left running']
+  runner_checks.wait_for(
+      lambda: not any(runner_checks.alive(pid) for pid in started),
+      seconds=60)
+
+
+def test_a_killed_job_server_ends_the_run(trained, tmp_path):
+  def kill_the_job_server(launcher, _):
+    (server,) = [pid for pid in runner_checks.children(launcher.pid)
+                 if 'job-server' in runner_checks.command_line(pid)]
+    os.kill(server, signal.SIGKILL)
+
+  runner_checks.a_fault_ends_the_run(
+      [*flink.local_flags(), PROGRESS], trained, tmp_path,
+      Fault(kill_the_job_server, (1,), r"error: the runner's job service "
+            r'stopped answering \(\w+: .*\); nothing was published'),
+      running=scores_on_the_mini_cluster)
 
 
 def test_a_job_server_beyond_ascii_runs_under_crons_locale(trained, tmp_path):

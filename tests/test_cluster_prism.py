@@ -72,9 +72,8 @@ def prism_runs(_, launcher):
              for pid in runner_checks.children(launcher.pid))
 
 
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP,
-                                    signal.SIGKILL],
-                         ids=['sigterm', 'sighup', 'sigkill'])
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGKILL],
+                         ids=['sigterm', 'sigkill'])
 def test_a_stopped_launcher_stops_prism(prism, trained, tmp_path, signum):
   runner_checks.a_fault_ends_the_run(prism, trained, tmp_path,
                                      runner_checks.signalled(signum),

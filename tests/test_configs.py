@@ -8,6 +8,7 @@ from pipeline import preprocess
 from pipeline import score
 from tests.conftest import REPO
 from trainer import model as model_lib
+from trainer import settings as settings_lib
 from trainer import train
 
 CONFIGS = REPO / 'configs'
@@ -61,17 +62,17 @@ def test_every_configuration_is_a_valid_flag_set(name, job):
                        for line in lines), config
   args = parse(job, [*REQUIRED[job], f'@{config}'])
   if job == 'train':
-    train.model_params(args)  # a ValueError for values the model refuses
+    settings_lib.model_params(args)  # a ValueError for values the model refuses
 
 
 def test_the_defaults_are_the_hybrid_and_imdb_seed_the_keras_io_model():
-  defaults = train.model_params(parse('train', REQUIRED['train']))
+  defaults = settings_lib.model_params(parse('train', REQUIRED['train']))
   assert (defaults.model, defaults.ngram_min_count) == ('hybrid', 0)
   assert parse('train', REQUIRED['train']).epochs is None  # from the data
   # imdb_seed stays the keras.io model whatever the defaults.
   seed = parse('train', [*REQUIRED['train'],
                          f'@{CONFIGS / "imdb_seed" / "train.args"}'])
-  assert train.model_params(seed) == model_lib.ModelParams(
+  assert settings_lib.model_params(seed) == model_lib.ModelParams(
       model='transformer', transformer_vocab=0, transformer_len=0)
   assert (seed.epochs, seed.monitor, seed.bucket_width) == (2, 'val_loss', 0)
   seed = parse('preprocess', [*REQUIRED['preprocess'],

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+import cli
 from cli import lifetime
 from tests.conftest import REPO
 
@@ -17,6 +18,7 @@ from tests.conftest import REPO
 # as the child runs, likely before any rescan of the watchdog's saw it).
 _COMMAND = """
 import os, subprocess, sys, time
+import cli
 import cli
 from cli import lifetime
 
@@ -123,3 +125,106 @@ def test_java_gets_a_utf8_locale_where_the_command_has_none():
       cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
       env={**os.environ, 'LC_ALL': 'C'})
   assert result.stdout.strip() == 'C.UTF-8'
+
+
+def watchdogs(command):
+  return [pid for pid in _children(command.pid)
+          if 'lifetime.watch(' in _command_line(pid)]
+
+
+def _children(pid):
+  found = []
+  for entry in os.listdir('/proc'):
+    try:
+      with open(f'/proc/{entry}/stat', encoding='utf-8') as stat:
+        if int(stat.read().rsplit(')', 1)[1].split()[1]) == pid:
+          found.append(int(entry))
+    except (OSError, ValueError, IndexError):
+      continue
+  return found
+
+
+def _command_line(pid):
+  try:
+    with open(f'/proc/{pid}/cmdline', 'rb') as cmdline:
+      return cmdline.read().replace(b'\0', b' ').decode(errors='replace')
+  except OSError:
+    return ''
+
+
+def test_a_killed_watchdog_is_replaced(tmp_path):
+  """A watchdog killed on its own is started again, told the exit
+  commands again, and still ends the command's processes."""
+  command, child = start(tmp_path, 'wait')
+  wait_until(lambda: len(watchdogs(command)) == 1)
+  (first,) = watchdogs(command)
+  os.kill(first, signal.SIGKILL)
+  wait_until(lambda: watchdogs(command) and watchdogs(command) != [first])
+  command.kill()
+  _, stderr = command.communicate(timeout=120)
+  wait_until(lambda: gone(child))
+  assert (tmp_path / 'ran').read_text() == 'ran', stderr
+
+
+def test_nohup_protects_a_command_from_a_closed_terminal(tmp_path):
+  """A command started ignoring SIGHUP (nohup) keeps ignoring it."""
+  command = subprocess.Popen(
+      ['nohup', sys.executable, '-c', _COMMAND, str(tmp_path / 'ran'),
+       'wait'], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True)
+  int(command.stdout.readline())
+  command.send_signal(signal.SIGHUP)
+  command.send_signal(signal.SIGTERM)
+  _, stderr = command.communicate(timeout=120)
+  assert command.returncode == 128 + signal.SIGTERM
+  assert stderr.splitlines()[-1].startswith('error: stopped by SIGTERM;')
+
+
+# A command that stages an output, fills its standard error until a write
+# blocks (its reader reads nothing), and waits.
+_BLOCKED = """
+import logging, os, sys, threading, time
+import cli
+from pipeline import filesystems
+import outputs
+
+def run(argv):
+  with outputs.StagedOutput(filesystems.FILES, argv[0]):
+    def fill():
+      while True:
+        logging.warning('x' * 4096)
+    threading.Thread(target=fill, daemon=True).start()
+    time.sleep(600)
+
+cli.main(run)
+"""
+
+
+def test_a_stopped_command_ends_while_standard_error_is_full(tmp_path):
+  """Its reader stopped reading: the stop cannot say so, and the command
+  still ends within its bound, its staging folder removed."""
+  command = subprocess.Popen(
+      [sys.executable, '-c', _BLOCKED, str(tmp_path / 'scores')], cwd=REPO,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  # Until its writes block: the pipe's buffer is full.
+  wait_until(lambda: 'pipe_write' in _wait_channel(command.pid), seconds=120)
+  assert os.listdir(tmp_path)  # the staging folder
+  command.send_signal(signal.SIGTERM)
+  command.wait(timeout=cli.STOP_SECONDS + 30)
+  assert command.returncode == 128 + signal.SIGTERM
+  assert not os.listdir(tmp_path)
+
+
+def _wait_channel(pid):
+  try:
+    tasks = os.listdir(f'/proc/{pid}/task')
+  except OSError:
+    return ''
+  channels = []
+  for task in tasks:
+    try:
+      with open(f'/proc/{pid}/task/{task}/wchan', encoding='utf-8') as wchan:
+        channels.append(wchan.read())
+    except OSError:
+      continue
+  return ' '.join(channels)

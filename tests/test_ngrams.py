@@ -11,12 +11,13 @@ from schemas import transformed
 from tests.conftest import assert_float32_close
 from tests.conftest import synthetic_reviews
 from trainer import calibration
-from trainer import data as data_lib
 from trainer import export
+from trainer import fitting
 from serving import exports
 from trainer import model as model_lib
 from trainer import ngrams
 from trainer import runs
+from trainer import settings as settings_lib
 from trainer import train
 
 
@@ -145,11 +146,12 @@ def hybrid(tmp_path_factory):
       f'--data_dir={data_dir}', f'--model_dir={folder}/model',
       '--model=hybrid', '--epochs=1',
       '--ngram_epochs=1', '--batch_size=16', '--embed_dim=8', '--ff_dim=8',
-      '--ngram_min_count=1', '--transformer_vocab=20', '--seed=3'])
-  data = data_lib.PreprocessedData.load(str(data_dir))
-  run = runs.Run(args.model_dir)
-  model, _, _, fitted, _ = train.train(args, train.model_params(args), data,
-                                       run)
+      '--ngram_min_count=1', '--transformer_vocab=20', '--seed=3',
+      '--folds=0'])
+  settings, data = settings_lib.settings_from_args(args)
+  run = runs.Run(settings.model_dir)
+  trained = fitting.fit(settings, data, run)
+  model, fitted = trained.model, trained.calibration
   export.save(model, data.tft_output, data.label_names, run.export,
               {'calibration': fitted})
   export_dir = run.export

@@ -93,6 +93,17 @@ def test_a_reader_that_stops_ends_it_quietly(model_dir):
   assert 'Error' not in result.stderr.decode(), result.stderr.decode()[-2000:]
 
 
+def test_it_runs_with_standard_error_closed(model_dir):
+  """`2>&-`, as some daemons start a program: what it would say there is
+  lost, not its work."""
+  result = subprocess.run(
+      f'{sys.executable} -m trainer.predict --model_dir={model_dir} '
+      '"superb film" 2>&-', shell=True, cwd=REPO, capture_output=True,
+      timeout=300, executable='/bin/bash')
+  assert result.returncode == 0
+  assert result.stdout.decode().startswith('pós\t')
+
+
 def test_crlf_lines_are_classified_without_their_carriage_return(model_dir):
   status, out, err = predict(model_dir, stdin=b'superb film\r\ndull\r\n')
   assert status == 0, err

@@ -16,6 +16,7 @@ from trainer import calibration
 from trainer import data as data_lib
 from trainer import evaluate
 from trainer import model as model_lib
+from trainer import ngram_fit
 from trainer import ngrams
 from trainer import selection
 from trainer import train
@@ -178,7 +179,7 @@ def test_cross_validation_chooses_and_the_final_model_is_refitted(
   assert folds['ngram_min_count'] == choices['ngram_min_count']
   tried = folds['tried'][model_lib.NGRAM_LOGITS]
   assert [c['setting']['ngram_min_count'] for c in tried] == list(
-      train.MIN_COUNTS[:len(tried)])
+      ngram_fit.MIN_COUNTS[:len(tried)])
   # The final fit runs the chosen epochs, and trains on validation too.
   assert metadata['training']['epochs_run_by_branch'] == folds['epochs']
   fitted = metadata['calibration']['fitted_on']

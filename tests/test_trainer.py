@@ -1,6 +1,7 @@
 """The trainer: layers, masking, save/load, a short real training run, the
 raw-text export contract, trainer.predict, the training flags and the
 trainer's guards."""
+import dataclasses
 import glob
 import json
 import logging
@@ -34,6 +35,10 @@ from trainer import evaluate
 from serving import exports
 from trainer import model as model_lib
 from trainer import predict
+from trainer import branch_fit
+from trainer import ngram_fit
+from trainer import selection
+from trainer import settings as settings_lib
 from trainer import train
 
 # Flags of a small, fast training run.
@@ -481,7 +486,7 @@ def test_length_buckets_cut_padding_only_and_keep_every_example():
     (10**7, 2),     # a large corpus: at least MIN_EPOCHS
 ])
 def test_default_epochs_make_about_the_target_steps(train_examples, epochs):
-  assert train.default_epochs(train_examples, 32) == epochs
+  assert settings_lib.default_epochs(train_examples, 32) == epochs
 
 
 def test_without_folds_validation_chooses_the_ngram_minimum_count(
@@ -493,12 +498,13 @@ def test_without_folds_validation_chooses_the_ngram_minimum_count(
   assert training['model'] == 'hybrid'
   data = data_lib.PreprocessedData.load(str(synthetic_preprocessed))
   assert training['epochs'] == training['ngram_epochs'] == (
-      train.default_epochs(data.num_examples(raw.TRAIN), 16))
+      settings_lib.default_epochs(data.num_examples(raw.TRAIN), 16))
   choice = training['choices']
   assert choice['on'] == raw.VALIDATION and not choice['refit']
   tried = [count for count, _ in choice['tried']]
   assert len(tried) >= 2
-  assert tried == [count for count in train.MIN_COUNTS if count >= tried[-1]]
+  assert tried == [count for count in ngram_fit.MIN_COUNTS
+                   if count >= tried[-1]]
   # Largest count first; each next one tried while the one before improved
   # on validation; the last one tried is kept only if it improved too.
   in_order = [score for _, score in choice['tried']]
@@ -506,7 +512,7 @@ def test_without_folds_validation_chooses_the_ngram_minimum_count(
              for earlier, later in zip(in_order[:-2], in_order[1:-1]))
   improved = in_order[-1] > in_order[-2]
   if improved:  # then only because no lower count was left
-    assert tried[-1] == train.MIN_COUNTS[-1]
+    assert tried[-1] == ngram_fit.MIN_COUNTS[-1]
   assert choice['ngram_min_count'] == (tried[-1] if improved else tried[-2])
   report = (tmp_path / evaluate.REPORT_FILE).read_text()
   assert ("The validation split chose the n-gram branch's minimum document "
@@ -559,12 +565,52 @@ def train_args(*flags):
   return train.parse_args(['--data_dir=unused', '--model_dir=unused', *flags])
 
 
+def transformer_schedule(*flags):
+  """The transformer's schedule as ``flags`` set it."""
+  settings = settings_lib.Settings.of(train_args(*flags), epochs=1,
+                                      ngram_epochs=1, folds=0, refit=False)
+  return settings.schedule(model_lib.TRANSFORMER_LOGITS)
+
+
+def test_the_flags_resolve_once_into_frozen_settings(synthetic_preprocessed,
+                                                     tmp_path):
+  args = train.parse_args([
+      f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
+      '--warmup_fraction=0.1', '--weight_decay=0.1',
+      '--ngram_learning_rate=0.01'])
+  parsed = dict(vars(args))
+  settings, data = settings_lib.settings_from_args(args)
+  assert vars(args) == parsed  # resolved into the settings, not the flags
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    settings.epochs = 1
+  # A few hundred short reviews: the most epochs, and cross-validation in
+  # selection.FOLDS folds then a refit, from the data.
+  epochs = settings_lib.default_epochs(data.num_examples(raw.TRAIN), 32)
+  assert (settings.epochs, settings.ngram_epochs) == (epochs, epochs)
+  assert (settings.folds, settings.refit) == (selection.FOLDS, True)
+  # Every flag in the export's metadata, as resolved; the folders as their
+  # links lead.
+  assert settings.record() == {
+      **parsed, 'data_dir': os.path.realpath(synthetic_preprocessed),
+      'model_dir': os.path.realpath(tmp_path), 'epochs': epochs,
+      'ngram_epochs': epochs, 'folds': selection.FOLDS, 'refit': True}
+  # The n-gram branch: its own epochs (as cross-validation chose them, when
+  # it did) and learning rate, no warm-up or weight decay.
+  assert settings.schedule(model_lib.NGRAM_LOGITS, 7) == settings_lib.Schedule(
+      epochs=7, learning_rate=0.01, warmup_fraction=0.0, decay=True,
+      weight_decay=0.0, clipnorm=None)
+  assert settings.schedule(model_lib.TRANSFORMER_LOGITS) == (
+      settings_lib.Schedule(epochs=epochs, learning_rate=1e-3,
+                            warmup_fraction=0.1, decay=True,
+                            weight_decay=0.1, clipnorm=None))
+
+
 def rates(schedule, steps):
   return [float(schedule(step)) for step in steps]
 
 
 def test_learning_rate_warms_up_then_follows_a_cosine_to_zero():
-  schedule = train.learning_rate(train_args(
+  schedule = branch_fit.learning_rate(transformer_schedule(
       '--learning_rate=0.01', '--warmup_fraction=0.2', '--decay'), 100)
   # 20 steps rise linearly from 0 to the rate, a cosine takes the other 80
   # down to 0: at their middle, step 60, it is half the rate.
@@ -574,20 +620,21 @@ def test_learning_rate_warms_up_then_follows_a_cosine_to_zero():
 
 def test_warmup_alone_then_holds_the_rate_and_decay_alone_starts_at_it():
   # Decay is on by default.
-  warmup = train.learning_rate(train_args(
+  warmup = branch_fit.learning_rate(transformer_schedule(
       '--learning_rate=0.01', '--warmup_fraction=0.1', '--no-decay'), 100)
   assert rates(warmup, [0, 5, 10, 100]) == pytest.approx(
       [0, 0.005, 0.01, 0.01], abs=1e-9)
-  decay = train.learning_rate(train_args('--learning_rate=0.01'), 100)
+  decay = branch_fit.learning_rate(
+      transformer_schedule('--learning_rate=0.01'), 100)
   assert rates(decay, [0, 50, 100]) == pytest.approx([0.01, 0.005, 0],
                                                      abs=1e-9)
-  assert train.learning_rate(train_args('--learning_rate=0.01',
-                                        '--no-decay'), 100) == 0.01
+  assert branch_fit.learning_rate(transformer_schedule(
+      '--learning_rate=0.01', '--no-decay'), 100) == 0.01
 
 
 def test_the_optimizer_follows_the_schedule():
-  args = train_args('--learning_rate=0.01', '--warmup_fraction=0.5')
-  optimizer = train.optimizer(args, 10)
+  optimizer = branch_fit.optimizer(transformer_schedule(
+      '--learning_rate=0.01', '--warmup_fraction=0.5'), 10)
   variable = keras.Variable([1.0])
   rates_seen = []
   for _ in range(6):
@@ -608,12 +655,13 @@ def apply(optimizer, gradients):
 
 def test_weight_decay_shrinks_weights_the_gradient_leaves_alone():
   flags = ('--learning_rate=0.1', '--weight_decay=0.5')
-  optimizer = train.optimizer(train_args(*flags), 100)
+  optimizer = branch_fit.optimizer(transformer_schedule(*flags), 100)
   assert isinstance(optimizer, keras.optimizers.AdamW)
   # A zero gradient makes Adam's step zero; AdamW's decoupled decay still
   # multiplies the weights by 1 - learning rate * weight decay.
   np.testing.assert_allclose(apply(optimizer, [[0, 0]]), [0.95, 0.95])
-  plain = train.optimizer(train_args('--learning_rate=0.1'), 100)
+  plain = branch_fit.optimizer(transformer_schedule('--learning_rate=0.1'),
+                               100)
   assert not isinstance(plain, keras.optimizers.AdamW)
   np.testing.assert_allclose(apply(plain, [[0, 0]]), [1, 1])
 
@@ -623,14 +671,14 @@ def test_clipnorm_makes_a_huge_gradient_count_as_a_unit_one():
   # larger than the next one changes the next steps; clipped to norm 1, the
   # two are the same gradient and the steps are those of a constant one.
   huge_then_unit, unit_twice = [[100, 0], [1, 0]], [[1, 0], [1, 0]]
-  clipped = train_args('--learning_rate=0.1', '--clipnorm=1')
+  clipped = transformer_schedule('--learning_rate=0.1', '--clipnorm=1')
   np.testing.assert_allclose(
-      apply(train.optimizer(clipped, 100), huge_then_unit),
-      apply(train.optimizer(clipped, 100), unit_twice))
-  unclipped = train_args('--learning_rate=0.1')
+      apply(branch_fit.optimizer(clipped, 100), huge_then_unit),
+      apply(branch_fit.optimizer(clipped, 100), unit_twice))
+  unclipped = transformer_schedule('--learning_rate=0.1')
   assert not np.allclose(
-      apply(train.optimizer(unclipped, 100), huge_then_unit),
-      apply(train.optimizer(unclipped, 100), unit_twice))
+      apply(branch_fit.optimizer(unclipped, 100), huge_then_unit),
+      apply(branch_fit.optimizer(unclipped, 100), unit_twice))
 
 
 @pytest.mark.parametrize('monitor, best_epoch', [('val_loss', 2),
@@ -643,8 +691,9 @@ def test_monitor_picks_the_epoch_whose_weights_are_kept(tmp_path, monitor,
   # Builds the compiled metrics, whose direction the callbacks look up.
   model.evaluate(np.zeros((2, 1)), np.zeros(2), verbose=0)
   args = train_args(f'--monitor={monitor}', '--patience=2')
-  picking = [c for c in train.callbacks(args, str(tmp_path),
-                                            str(tmp_path / 'logs'))
+  picking = [c for c in branch_fit.callbacks(args.monitor, args.patience,
+                                             str(tmp_path),
+                                             str(tmp_path / 'logs'))
              if isinstance(c, (keras.callbacks.EarlyStopping,
                                keras.callbacks.ModelCheckpoint))]
   assert len(picking) == 2
@@ -701,16 +750,17 @@ def test_bucket_width_batches_documents_of_one_length_bucket(preprocessed):
 def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
                                                       monkeypatch, recwarn):
   built, buckets = [], []
-  real_optimizer, real_buckets = train.optimizer, data_lib.length_buckets
+  real_optimizer, real_buckets = (branch_fit.optimizer,
+                                  data_lib.length_buckets)
 
-  def recording_optimizer(args, steps):
-    built.append(real_optimizer(args, steps))
+  def recording_optimizer(schedule, steps):
+    built.append(real_optimizer(schedule, steps))
     return built[-1]
 
   def recording_buckets(examples, batch_size, width, drop_remainder):
     buckets.append((batch_size, width, drop_remainder))
     return real_buckets(examples, batch_size, width, drop_remainder)
-  monkeypatch.setattr(train, 'optimizer', recording_optimizer)
+  monkeypatch.setattr(branch_fit, 'optimizer', recording_optimizer)
   monkeypatch.setattr(data_lib, 'length_buckets', recording_buckets)
   # Every document of 10 to 32 tokens falls in the bucket of width 32, so
   # each batch is cut from max_len 40 to 32 without adding XLA

@@ -29,6 +29,7 @@ from tests.test_trainer import TINY_MODEL
 from tests.test_trainer import preprocess_rows
 from trainer import data as data_lib
 from trainer import evaluate
+from trainer import fitting
 from trainer import lock
 from trainer import runs
 from trainer import train
@@ -401,10 +402,10 @@ def test_a_data_folder_republished_while_training_publishes_nothing(
   _, first = train.run(flags)
   assert exports.read_metadata(first)['preprocessing_fingerprint'] == (
       data_lib.fingerprint_of(str(data_dir)))
-  real_train = train.train
+  real_fit = fitting.fit
 
-  def train_then_republish(*args):
-    trained = real_train(*args)
+  def fit_then_republish(*args):
+    trained = real_fit(*args)
     # What a nightly preprocessing run does: new files, put in place.
     fresh = tmp_path / 'fresh'
     shutil.copytree(data_dir, fresh, copy_function=shutil.copy)
@@ -412,7 +413,7 @@ def test_a_data_folder_republished_while_training_publishes_nothing(
     fresh.rename(data_dir)
     return trained
 
-  monkeypatch.setattr(train, 'train', train_then_republish)
+  monkeypatch.setattr(fitting, 'fit', fit_then_republish)
   with pytest.raises(cli.JobError, match='changed while the trainer read'):
     train.run(flags)
   assert os.listdir(model_dir / serving.EXPORT_DIR) == [
@@ -446,7 +447,7 @@ def test_a_run_killed_before_copying_its_report_is_made_good(
       model_dir / evaluate.REPORT_FILE).read_text()
   # ... and the next run copies it to the top as it starts.
   monkeypatch.setattr(runs, 'copy_report', real_copy)
-  monkeypatch.setattr(train, 'train', _fail)
+  monkeypatch.setattr(fitting, 'fit', _fail)
   with pytest.raises(RuntimeError):
     train.run(flags)
   assert (model_dir / evaluate.REPORT_FILE).read_text() == own.read_text()

@@ -62,7 +62,7 @@ class ModelParams:
   transformer_vocab: int = 20000
   transformer_len: int = 256
   ngram_order: int = 3            # unigrams up to this order
-  # Training documents an n-gram needs; 0: one of trainer.train.MIN_COUNTS,
+  # Training documents an n-gram needs; 0: one of trainer.ngram_fit.MIN_COUNTS,
   # chosen by cross-validation or on validation, as --folds says.
   ngram_min_count: int = 0
   ngram_init: float = 0.05        # every NBSVM weight's first value

@@ -1,0 +1,133 @@
+"""Cross-validation as the trainer runs it: the train split dealt into
+--folds folds by its groups, and every branch (the n-gram branch at each
+minimum count to try) fitted in each fold and read on the fold it did not
+see; ``trainer.selection`` scores and chooses."""
+import dataclasses
+import posixpath
+from typing import Optional
+
+import numpy as np
+
+import cli
+from schemas import raw
+from trainer import branch_fit
+from trainer import data as data_lib
+from trainer import inputs as inputs_lib
+from trainer import model as model_lib
+from trainer import ngram_fit
+from trainer import ngrams
+from trainer import runs
+from trainer import selection
+from trainer import settings as settings_lib
+
+# The folds' files, under the run's scratch and log folders.
+CROSS_VALIDATION_DIR = 'cross_validation'
+
+
+@dataclasses.dataclass
+class Folds:
+  """Cross-validation's plan: the examples in memory (train, then
+  validation with --refit), the train split's alone, and the fold of each
+  of those."""
+  examples: data_lib.Examples
+  train: data_lib.Examples
+  fold_of: np.ndarray
+  groups: int
+
+
+def plan(settings: settings_lib.Settings,
+         data: data_lib.PreprocessedData) -> Folds:
+  """Deals the train split into --folds folds by its groups; a JobError,
+  before anything is written, where that cannot be done."""
+  examples = data_lib.Examples.load(
+      data, raw.TRAIN, *([raw.VALIDATION] if settings.refit else []))
+  train_examples = examples.take(np.arange(data.num_examples(raw.TRAIN)))
+  keys = selection.fold_keys(train_examples, data.params)
+  try:
+    fold_of = selection.assign_folds(keys, settings.folds, settings.seed)
+  except ValueError as error:
+    raise cli.JobError(f'--folds={settings.folds}: {error} in the train '
+                       f'split of {data.data_dir}; use fewer') from error
+  try:
+    selection.check_training_parts(fold_of, settings.folds,
+                                   settings.batch_size)
+  except ValueError as error:
+    raise cli.JobError(f'--folds={settings.folds}: {error}; use fewer folds '
+                       'or a smaller --batch_size') from error
+  return Folds(examples, train_examples, fold_of, len(set(keys)))
+
+
+def cross_validate(settings: settings_lib.Settings,
+                   params: model_lib.ModelParams,
+                   data: data_lib.PreprocessedData, planned: Folds,
+                   table: Optional[ngrams.DocumentNgrams], run: runs.Run
+                   ) -> selection.Choice:
+  """Grouped k-fold cross-validation of every branch over the train split
+  as ``planned``: the n-gram branch at each minimum count to try (largest
+  first, until one is no better), each branch for its epochs, a fold
+  stopped after --patience epochs without a better held-out figure.
+  ``table`` holds the n-grams of the train split in its first rows."""
+  labels, monitor = planned.train.labels, settings.monitor
+  better = max if monitor == 'val_accuracy' else min
+  candidates = {}
+  for branch in params.branches:
+    is_ngram = branch == model_lib.NGRAM_LOGITS
+    tried = []
+    for min_count in (ngram_fit.min_counts(params) if is_ngram else (None,)):
+      candidate = held_out_candidate(settings, params, data, planned, table,
+                                     run, branch, min_count)
+      if candidate is None:
+        continue
+      selection.log_candidate(candidate, labels, monitor)
+      score = candidate.summary(labels, monitor)['mean']
+      if tried and better(score, tried[-1][1]) == tried[-1][1]:
+        tried.append((candidate, score))
+        break  # no better than a larger count: lower ones memorise more
+      tried.append((candidate, score))
+    if not tried:
+      raise ngram_fit.no_ngram(ngram_fit.min_counts(params), int(min(
+          np.sum(planned.fold_of != fold) for fold in range(settings.folds))))
+    candidates[branch] = [candidate for candidate, _ in tried]
+  return selection.choose(candidates, params.branches, labels, monitor,
+                          settings.folds, planned.groups)
+
+
+def held_out_candidate(settings: settings_lib.Settings,
+                       params: model_lib.ModelParams,
+                       data: data_lib.PreprocessedData, planned: Folds,
+                       table: Optional[ngrams.DocumentNgrams], run: runs.Run,
+                       branch: str, min_count: Optional[int]
+                       ) -> Optional[selection.Candidate]:
+  """``branch`` (the n-gram branch at ``min_count``) fitted in each fold
+  and read after every epoch on the fold it did not see; None where a
+  fold has no n-gram in ``min_count`` of its training documents."""
+  is_ngram = branch == model_lib.NGRAM_LOGITS
+  examples, fold_of = planned.train, planned.fold_of
+  candidate = selection.Candidate(
+      branch, {'ngram_min_count': min_count} if is_ngram else {})
+  for fold in range(settings.folds):
+    fitted_rows = np.flatnonzero(fold_of != fold)
+    vocabulary = None
+    if is_ngram:
+      try:
+        vocabulary = table.vocabulary(len(data.label_names), fitted_rows,
+                                      min_count)
+      except ValueError:
+        return None  # a count above every n-gram's in this fold
+    model = model_lib.build_model(
+        data.vocab_size, data.max_len, len(data.label_names),
+        dataclasses.replace(params,
+                            model='nbsvm' if is_ngram else 'transformer'),
+        vocabulary)
+    held_out = selection.HeldOutFold(
+        model, branch, examples.take(fold_of == fold), settings.bucket_width,
+        settings.monitor, settings.patience)
+    name = (f'{branch}-min_count_{min_count}-fold_{fold + 1}' if is_ngram
+            else f'{branch}-fold_{fold + 1}')
+    branch_fit.fit_branch(
+        settings, model, branch,
+        inputs_lib.in_memory(settings, examples.take(fitted_rows), None),
+        tuple(posixpath.join(folder, CROSS_VALIDATION_DIR, name)
+              for folder in (run.scratch, run.logs)), held_out=held_out)
+    candidate.add_fold(np.flatnonzero(fold_of == fold), held_out.logits)
+  return candidate

@@ -1,0 +1,211 @@
+"""What the trainer's flags resolve to on the preprocessing output, once,
+before the model folder is touched: the frozen ``Settings`` every step of a
+run reads (the folders their links lead to, each branch's most epochs,
+--folds=auto, --refit's default, the model's fields)."""
+import dataclasses
+import logging
+import math
+from typing import Dict, Optional, Tuple
+
+import cli
+from outputs import ownership
+from schemas import raw
+from trainer import data as data_lib
+from trainer import model as model_lib
+from trainer import selection
+
+# Without --epochs (--ngram_epochs), a branch trains for as many epochs as
+# make about TARGET_STEPS steps (2 on IMDB's 22,700 training reviews at batch
+# 32, where the keras.io model peaks), MIN_EPOCHS to MAX_EPOCHS: a small
+# corpus needs more passes for as many updates, and early stopping on
+# validation keeps the best epoch.
+TARGET_STEPS = 1400
+MIN_EPOCHS, MAX_EPOCHS = 2, 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """How one branch trains: its most epochs, and its optimizer's rate,
+  warm-up, decay and clipping."""
+  epochs: int
+  learning_rate: float
+  warmup_fraction: float
+  decay: bool
+  weight_decay: float
+  clipnorm: Optional[float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The trainer's flags as a run reads them, each resolved once; the
+  model's own (``ModelParams``) in ``params``."""
+  data_dir: str            # where its link led when the run started
+  model_dir: str           # as data_dir
+  epochs: int              # the transformer's most epochs
+  batch_size: int
+  learning_rate: float
+  warmup_fraction: float
+  decay: bool
+  weight_decay: float
+  clipnorm: Optional[float]
+  patience: int
+  monitor: str
+  bucket_width: int
+  seed: int
+  folds: int               # 0: the validation split chooses
+  refit: bool
+  cache: str
+  cache_memory_share: float
+  ngram_epochs: int        # the n-gram branch's most epochs
+  ngram_learning_rate: float
+  verbose: bool
+  params: model_lib.ModelParams
+
+  def __post_init__(self):
+    unresolved = [name for name in ('epochs', 'ngram_epochs', 'folds',
+                                    'refit') if getattr(self, name) is None]
+    if unresolved:
+      raise ValueError(f'settings left unresolved: {", ".join(unresolved)}')
+
+  @classmethod
+  def of(cls, args, **resolved) -> 'Settings':
+    """The parsed flags ``args`` as given, but for the ``resolved`` ones; a
+    ValueError for values the model refuses."""
+    given = {field.name: getattr(args, field.name)
+             for field in dataclasses.fields(cls) if field.name != 'params'}
+    return cls(**{**given, **resolved}, params=model_params(args))
+
+  def schedule(self, branch: str, epochs: Optional[int] = None) -> Schedule:
+    """How ``branch`` trains, for at most ``epochs`` where cross-validation
+    chose them, else its flag's: the n-gram branch has its own epochs and
+    learning rate, and no warm-up or weight decay."""
+    if branch == model_lib.NGRAM_LOGITS:
+      return Schedule(self.ngram_epochs if epochs is None else epochs,
+                      self.ngram_learning_rate, warmup_fraction=0.0,
+                      decay=self.decay, weight_decay=0.0,
+                      clipnorm=self.clipnorm)
+    return Schedule(self.epochs if epochs is None else epochs,
+                    self.learning_rate, self.warmup_fraction, self.decay,
+                    self.weight_decay, self.clipnorm)
+
+  def record(self) -> Dict:
+    """Every flag as this run resolved it, by name, for the export's
+    metadata."""
+    flags = {field.name: getattr(self, field.name)
+             for field in dataclasses.fields(self) if field.name != 'params'}
+    return {**flags, **dataclasses.asdict(self.params)}
+
+
+def model_params(args) -> model_lib.ModelParams:
+  return model_lib.ModelParams(**{
+      field.name: getattr(args, field.name)
+      for field in dataclasses.fields(model_lib.ModelParams)})
+
+
+def settings_from_args(args) -> Tuple[Settings, data_lib.PreprocessedData]:
+  """The flags resolved on the preprocessing output, which this loads and
+  checks; a JobError, before anything is written, names what cannot be
+  trained or chosen."""
+  # The folders links lead to when the run starts: a link switched while it
+  # trains (to a newer preprocessing output, say) changes nothing it reads
+  # or writes.
+  data_dir = ownership.resolved(args.data_dir)
+  model_dir = ownership.resolved(args.model_dir)
+  data = data_lib.PreprocessedData.load(data_dir)
+  check_trainable(data, args.batch_size)
+  epochs = {flag: most_epochs(flag, getattr(args, flag), data,
+                              args.batch_size)
+            for flag in ('epochs', 'ngram_epochs')}
+  folds = resolve_folds(args.folds, data, max(epochs.values()),
+                        args.batch_size)
+  refit = resolve_refit(args.refit, folds)
+  try:
+    settings = Settings.of(args, data_dir=data_dir, model_dir=model_dir,
+                           folds=folds, refit=refit, **epochs)
+  except ValueError as error:
+    raise cli.JobError(str(error)) from error
+  return settings, data
+
+
+def check_trainable(data: data_lib.PreprocessedData,
+                    batch_size: int) -> None:
+  """A JobError for data no classifier can be trained and evaluated on,
+  before any time goes into training."""
+  if len(data.label_names) < 2:
+    raise cli.JobError(
+        f'{data.data_dir} has the classes {data.label_names}: a classifier '
+        'needs at least two classes in the train split')
+  needs = {raw.VALIDATION: ('to choose the epoch and the calibration',
+                            '--validation_fraction'),
+           raw.TEST: ('to measure the model on', '--test_fraction')}
+  for split, (purpose, flag) in needs.items():
+    if not data.num_examples(split):
+      raise cli.JobError(
+          f'{data.data_dir}: the {split} split is empty, and the trainer '
+          f'needs it {purpose}; preprocess with {flag} > 0 or with {split} '
+          'records in the data')
+  if data.num_examples(raw.TRAIN) < batch_size:
+    # Training batches are all full (drop_remainder): not one would run.
+    raise cli.JobError(
+        f'--batch_size={batch_size} is more than the '
+        f'{data.num_examples(raw.TRAIN)} examples of the train split of '
+        f'{data.data_dir}, and every training batch is full: use a '
+        '--batch_size at most that')
+
+
+def default_epochs(train_examples: int, batch_size: int) -> int:
+  steps = max(train_examples // batch_size, 1)
+  return min(max(math.ceil(TARGET_STEPS / steps), MIN_EPOCHS), MAX_EPOCHS)
+
+
+def most_epochs(flag: str, given: Optional[int],
+                data: data_lib.PreprocessedData, batch_size: int) -> int:
+  """--epochs or --ngram_epochs (``flag``): as ``given``, else enough for
+  about TARGET_STEPS steps over the train split."""
+  if given is not None:
+    return given
+  epochs = default_epochs(data.num_examples(raw.TRAIN), batch_size)
+  logging.info('--%s: at most %d, for about %d steps', flag, epochs,
+               TARGET_STEPS)
+  return epochs
+
+
+def resolve_folds(given: Optional[int], data: data_lib.PreprocessedData,
+                  epochs: int, batch_size: int) -> int:
+  """--folds as ``given``, else auto's, from the train split's size and
+  ``epochs`` (the most of either branch); a JobError for folds that cannot
+  follow the groups the output was split by."""
+  group_field = selection.unkept_group_field(data.params)
+  folds = given
+  if folds is None and group_field:
+    folds = 0
+    logging.info('--folds: 0 (the output was split by --group_field=%s, '
+                 'which its records do not keep: folds could not follow '
+                 'it)', group_field)
+  elif folds is None:
+    train_examples = data.num_examples(raw.TRAIN)
+    median = data.stats.get('token_length', {}).get('p50')
+    median = min(data.max_len if median is None else median, data.max_len)
+    folds = selection.auto_folds(train_examples, median, epochs, batch_size)
+    logging.info('--folds: %d (the train split has %d examples of %d tokens '
+                 'at the median, trained for at most %d epochs in batches of '
+                 '%d)', folds, train_examples, median, epochs, batch_size)
+  if folds and group_field:
+    raise cli.JobError(
+        f'--folds={folds}: {data.data_dir} was split by '
+        f'--group_field={group_field}, which its records do not keep, so '
+        'folds could not keep a group on one side: use --folds=0 (the '
+        'validation split, held out by group), or preprocess with '
+        '--group_pattern over the ids')
+  return folds
+
+
+def resolve_refit(given: Optional[bool], folds: int) -> bool:
+  """--refit as ``given``, else with cross-validation; a JobError for
+  --refit without it."""
+  if given is None:
+    return bool(folds)
+  if given and not folds:
+    raise cli.JobError('--refit calibrates on the held-out predictions of '
+                       'cross-validation: it needs --folds of 2 or more')
+  return given
