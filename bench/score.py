@@ -84,7 +84,7 @@ def baseline(pattern: str, model_dir: str, batch_size: int,
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
   from serving import exports  # pylint: disable=import-outside-toplevel
   signature, metadata = exports.load(model_dir)
-  names = metadata['label_names']
+  names = list(metadata.label_names)
   schema = scored.arrow_schema(names, pa.schema([]))
   writer = pq.ParquetWriter(output, schema, compression='zstd')
   batch, documents = [], 0
@@ -101,7 +101,7 @@ def baseline(pattern: str, model_dir: str, batch_size: int,
         scored.CONFIDENCE: outputs[serving.CONFIDENCE].numpy(),
         **{column: probabilities[:, i] for i, column in enumerate(
             scored.probability_columns(names))},
-        scored.MODEL_VERSION: [metadata['version']] * len(records),
+        scored.MODEL_VERSION: [metadata.version] * len(records),
         scored.SCORED_AT: [now] * len(records),
     }, schema=schema))
     return len(records)

@@ -74,7 +74,7 @@ def main():
   strongest = max(rates.values())
   for rows in (int(r) for r in args.call_rows.split(',')):
     model = length_groups.LengthGroupedModel(
-        signature, metadata['label_names'], call_rows=rows,
+        signature, metadata.label_names, call_rows=rows,
         threads=args.threads)
     rates[f'grouped, calls of {rows}'] = best_rate(
         model, texts, score.BATCH_SIZE, args.repeats)

@@ -36,7 +36,8 @@ from apache_beam.io.filesystems import FileSystems
 
 import cli
 from cli import flags
-from pipeline import outputs
+import outputs
+from pipeline import filesystems
 
 
 class DatasetError(cli.JobError):
@@ -209,7 +210,7 @@ def fetch(name: str, dest: str, cache: Optional[str] = None) -> str:
         logging.info('%s is already in %s', name, final)
         return final
   path = locate(dataset.artifact, cache)
-  with outputs.StagedOutput(final) as output:
+  with outputs.StagedOutput(filesystems.FILES, final) as output:
     count = 0
     folders = {output.staging_dir}
     for relative, content in dataset.documents(path):

@@ -27,8 +27,10 @@ import tensorflow_transform.beam as tft_beam
 
 import cli
 from cli import flags
+import outputs
+from outputs import ownership
+from pipeline import filesystems
 from pipeline import jobs
-from pipeline import outputs
 from pipeline import progress
 from pipeline import readers
 from pipeline import records
@@ -39,7 +41,6 @@ from pipeline.preprocessing import examples
 from pipeline.preprocessing import settings as settings_lib
 from pipeline.preprocessing import splits
 from pipeline.preprocessing import stats as stats_lib
-from schemas import folders
 from schemas import raw
 from schemas import rejected
 from schemas import transformed
@@ -67,6 +68,13 @@ def build_parser() -> flags.Parser:
                       'write it.')
   parser.add_argument('--label_field', default='label',
                       help='Field holding each record\'s class name.')
+  _add_split_arguments(parser)
+  _add_transform_arguments(parser)
+  return parser
+
+
+def _add_split_arguments(parser: flags.Parser) -> None:
+  """How each record's split is found: the data's, or a hash."""
   parser.add_argument(
       '--split_field', default=None,
       help='Field naming each record\'s split: train, validation (valid, '
@@ -91,6 +99,11 @@ def build_parser() -> flags.Parser:
       help='Python regex whose match in each record\'s id (or in its '
       '--group_field) is its group: the non-empty capture groups joined, or '
       'the whole match. A record without a group is split by its text.')
+
+
+def _add_transform_arguments(parser: flags.Parser) -> None:
+  """The transform's parameters (``transform.TransformParams``), with the
+  rejection budget and progress flags in their place among them."""
   defaults = transform.TransformParams()
   parser.add_argument('--vocab_size',
                       type=flags.integer(transformed.NUM_RESERVED_IDS + 1),
@@ -119,7 +132,6 @@ def build_parser() -> flags.Parser:
                       default=not defaults.keep_punctuation,
                       help='Drop punctuation and symbols instead of making '
                       'them tokens.')
-  return parser
 
 
 def parse_args(argv):
@@ -215,7 +227,7 @@ LAYOUT = outputs.Layout(
               transformed.STATS_FILE, transformed.PARAMS_FILE,
               rejected.FILE_PATTERN),
     markers=(transformed.STATS_FILE, tft.TFTransformOutput.TRANSFORM_FN_DIR),
-    owner=folders.PREPROCESSING)
+    owner=ownership.PREPROCESSING)
 
 
 def run(argv=None):
@@ -224,14 +236,13 @@ def run(argv=None):
   jobs.check_runner_options(pipeline_args)
   jobs.configure_filesystems(pipeline_args)
   settings = settings_lib.settings_from_args(args)
+  output = filesystems.claim(args.output_dir, settings.pattern, LAYOUT,
+                             args.overwrite)
   sample = settings_lib.preflight(settings)
-  with outputs.staged(args.output_dir, settings.pattern, layout=LAYOUT,
-                      overwrite=args.overwrite) as output:
+  with output:
     staging = output.staging_dir
     with progress.reporting('preprocess', 'written', args.progress_seconds,
-                            progress.estimate_records(
-                                settings.pattern,
-                                settings.read_config.format, sample),
+                            progress.estimate_records(settings.input, sample),
                             passes=2):
       jobs.run_pipeline(pipeline_args, lambda pipeline: build_pipeline(
           pipeline, settings, staging), args.stall_seconds,
@@ -243,7 +254,7 @@ def run(argv=None):
           f'no record reached the train split ({tally.rejected} of '
           f'{tally.read} rejected: {tally.rejected_by_reason})')
     rejections.check_budget(tally, settings.max_rejected_fraction,
-                            settings.pattern, settings.read_config, output)
+                            settings.input, settings.read_config, output)
     splits.check_label_columns(tally.labels.get(raw.TRAIN, {}))
     stats = stats_lib.summarize(tally, staging, settings.params.max_len,
                                 settings.grouping.describe())

@@ -22,8 +22,6 @@ import threading
 import time
 from typing import Dict, Iterator, Optional
 
-from apache_beam.io.filesystems import FileSystems
-
 from cli import flags
 from pipeline import readers
 from schemas import raw
@@ -151,18 +149,18 @@ def reporting(job: str, written_as: str, interval: float,
     reporter.stop()
 
 
-def estimate_records(pattern: str, fmt: str, sample) -> Optional[int]:
+def estimate_records(matched: readers.Input, sample) -> Optional[int]:
   """The input's records, as far as they can be told before reading it:
   its files for a format of one document a file; else its bytes over the
   mean size of the sampled records (JSON lines, CSV rows, text lines: their
   text and a little for the other fields); None for compressed or binary
   inputs, or without a sample."""
-  files = FileSystems.match([pattern])[0].metadata_list
-  if fmt in ('files', 'email'):
+  files = [entry for entry in matched.entries if entry.problem is None]
+  if matched.format in ('files', 'email'):
     return len(files)
-  if (fmt not in ('jsonl', 'csv', 'tsv', 'text') or not sample or
-      any(readers.is_compressed(m.path) for m in files)):
+  if (matched.format not in ('jsonl', 'csv', 'tsv', 'text') or not sample or
+      any(readers.is_compressed(entry.path) for entry in files)):
     return None
   mean = _FIELDS_BYTES + sum(len(record.get(raw.TEXT) or '')
                              for record in sample) / len(sample)
-  return int(sum(m.size_in_bytes for m in files) / mean)
+  return int(sum(entry.size for entry in files) / mean)

@@ -23,7 +23,7 @@ from apache_beam.transforms.window import GlobalWindows
 import numpy as np
 
 import cli
-from pipeline import outputs
+from pipeline import filesystems
 from pipeline import progress
 from schemas import raw
 from schemas import rejected
@@ -426,7 +426,7 @@ def pop_tally(folder: str) -> Tally:
   """The counts WriteCounts wrote in ``folder``; the file is removed so that
   it never reaches a published output."""
   path = posixpath.join(folder, _COUNTS_FILE)
-  counts = outputs.read_json(path)
+  counts = filesystems.read_json(path)
   FileSystems.delete([path])
   return Tally.from_counts(counts)
 

@@ -139,14 +139,14 @@ _MISREAD = (rejected.MALFORMED_RECORD, rejected.MISSING_TEXT,
             rejected.UNDECODABLE_TEXT, rejected.EMPTY_TEXT)
 
 
-def input_hint(by_reason: Dict[str, int], pattern: str,
+def input_hint(by_reason: Dict[str, int], matched: readers.Input,
                config: readers.ReadConfig) -> str:
   """' — is --format=jsonl meant?' when the first file's extension names
   another format than the one read; ' — is --encoding=utf-16 meant?' when
   it starts with another encoding's byte order mark; '' otherwise."""
   if not by_reason or max(by_reason, key=by_reason.get) not in _MISREAD:
     return ''
-  paths = readers.matched_files(pattern)
+  paths = matched.files
   if not paths:
     return ''
   named = readers.format_of(paths[0])
@@ -173,14 +173,14 @@ def _fields_of(sample: List[Dict]) -> List[str]:
   return names
 
 
-def diagnosis(pattern: str, config: readers.ReadConfig,
+def diagnosis(matched: readers.Input, config: readers.ReadConfig,
               by_reason: Dict[str, int], examples: Dict[str, str]) -> str:
   """The reasons with their counts and examples, and the fields the input's
   first records have when a field is missing."""
-  hint = input_hint(by_reason, pattern, config)
+  hint = input_hint(by_reason, matched, config)
   if not hint and any(reason in _MISSING_FIELD_FLAGS for reason in by_reason):
     hint = _fields_hint(by_reason, config, readers.sample(
-        pattern, config, PREFLIGHT_RECORDS))
+        matched, config, PREFLIGHT_RECORDS))
   return _reasons_line(by_reason, examples) + hint
 
 
@@ -203,7 +203,7 @@ def examples_of(dead_letter_dir: str, reasons: Iterable[str]) -> Dict[str, str]:
 
 
 def over_budget(read: int, by_reason: Dict[str, int], max_fraction: float,
-                pattern: str, config: readers.ReadConfig,
+                matched: readers.Input, config: readers.ReadConfig,
                 dead_letter_dir: str) -> Optional[str]:
   """Why the run rejected too much (the first part of its error line), or
   None when it is within its budget."""
@@ -212,20 +212,20 @@ def over_budget(read: int, by_reason: Dict[str, int], max_fraction: float,
     return None
   return (f'{rejected_count} of {read} records rejected, more than '
           f'--max_rejected_fraction={max_fraction:g} allows ('
-          + diagnosis(pattern, config, by_reason,
+          + diagnosis(matched, config, by_reason,
                       examples_of(dead_letter_dir, by_reason)) + ')')
 
 
-def check_budget(tally, max_fraction: float, pattern: str,
+def check_budget(tally, max_fraction: float, matched: readers.Input,
                  config: readers.ReadConfig, output) -> None:
   """TooManyRejected when a run's tally (``records.Tally``) is over its
   budget; its dead letters are kept (``output.keep``, a StagedOutput) where
   the error line says. A JobError when nothing was read."""
   if not tally.read:
-    raise cli.JobError(f'no record was read from {pattern}: the files it '
-                       'matches are empty; nothing was published')
+    raise cli.JobError(f'no record was read from {matched.pattern}: the '
+                       'files it matches are empty; nothing was published')
   problem = over_budget(tally.read, tally.rejected_by_reason, max_fraction,
-                        pattern, config,
+                        matched, config,
                         posixpath.join(output.staging_dir, rejected.DIR))
   if problem:
     raise TooManyRejected(
@@ -233,16 +233,16 @@ def check_budget(tally, max_fraction: float, pattern: str,
         f'{output.keep(rejected.DIR)}')
 
 
-def preflight(pattern: str, config: readers.ReadConfig,
+def preflight(matched: readers.Input, config: readers.ReadConfig,
               reason_of: Callable[[Dict], Optional[str]]) -> List[Dict]:
   """The input's first records that the job would accept (``reason_of``
   gives None); a JobError when there are records and none would be, or
   when none of them has a field that a flag names (every such field in one
   line)."""
-  sample = readers.sample(pattern, config, PREFLIGHT_RECORDS)
-  if not sample and readers.sample_covers(pattern):
-    raise cli.JobError(f'no record in {pattern}: the files it matches are '
-                       'empty, so the job did not start')
+  sample = readers.sample(matched, config, PREFLIGHT_RECORDS)
+  if not sample and readers.sample_covers(matched):
+    raise cli.JobError(f'no record in {matched.pattern}: the files it '
+                       'matches are empty, so the job did not start')
   reasons = [reason_of(record) for record in sample]
   accepted = [record for record, reason in zip(sample, reasons)
               if not reason]
@@ -253,15 +253,15 @@ def preflight(pattern: str, config: readers.ReadConfig,
       examples.setdefault(reason, record.get(raw.SNIPPET) or
                           record.get(raw.TEXT) or '')
     raise cli.JobError(
-        f'none of the first {len(sample)} records of {pattern} would be '
-        'accepted, so the job did not start ('
+        f'none of the first {len(sample)} records of {matched.pattern} '
+        'would be accepted, so the job did not start ('
         + _reasons_line(dict(by_reason), examples)
-        + (input_hint(by_reason, pattern, config) or
+        + (input_hint(by_reason, matched, config) or
            _fields_hint(by_reason, config, sample)) + ')')
   missing = missing_fields(sample, config)
   if missing:
     raise cli.JobError(
-        f'none of the first {len(sample)} records of {pattern} has the '
-        f'field {_named(missing)}, so the job did not start'
+        f'none of the first {len(sample)} records of {matched.pattern} has '
+        f'the field {_named(missing)}, so the job did not start'
         + field_hint(list(missing), config, _fields_of(sample)))
   return accepted

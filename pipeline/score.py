@@ -22,8 +22,11 @@ from apache_beam.ml.inference.base import RunInference
 
 import cli
 from cli import flags
+import outputs
+from outputs import ownership
+from outputs import partitions
+from pipeline import filesystems
 from pipeline import jobs
-from pipeline import outputs
 from pipeline import progress
 from pipeline import readers
 from pipeline import records
@@ -32,7 +35,6 @@ from pipeline.scoring import inference
 from pipeline.scoring import report
 from pipeline.scoring import rows
 from pipeline.scoring import settings as settings_lib
-from schemas import folders
 from schemas import rejected
 from schemas import scored
 from serving import length_groups
@@ -50,9 +52,9 @@ BATCH_SIZE = 4096
 LAYOUT = outputs.Layout(
     contents=(scored.FILE_PATTERN, rejected.FILE_PATTERN,
               scored.MANIFEST_FILE, scored.REPORT_FILE,
-              outputs.SUCCESS_MARKER),
-    markers=(outputs.SUCCESS_MARKER, scored.MANIFEST_FILE),
-    owner=folders.SCORING)
+              ownership.SUCCESS_MARKER),
+    markers=(ownership.SUCCESS_MARKER, scored.MANIFEST_FILE),
+    owner=ownership.SCORING)
 
 
 def build_parser() -> flags.Parser:
@@ -114,10 +116,11 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
       settings.batch_size)).with_outputs(
           records.REJECTED, records.STATS, main='batches')
   predictions = checked.batches | 'Score' >> RunInference(
-      inference.RawTextModelHandler(settings.export_dir))
+      inference.RawTextModelHandler(settings.export_dir,
+                                    metadata=settings.metadata))
   schema = settings.schema
   scored_rows = predictions | 'ToArrow' >> beam.ParDo(rows.ToArrow(
-      schema, settings.label_names, settings.metadata['version'],
+      schema, settings.label_names, settings.metadata.version,
       settings.kept, settings.confidence_edges,
       _ROWS_PER_GROUP)).with_outputs(
           records.REJECTED, records.STATS, main='rows')
@@ -155,28 +158,30 @@ def run(argv=None):
   jobs.check_runner_options(pipeline_args)
   jobs.configure_filesystems(pipeline_args)
   settings = settings_lib.settings_from_args(args)
+  output = filesystems.claim(
+      settings.output_dir, settings.pattern, LAYOUT, args.overwrite,
+      partition=settings.partition, beside=lambda root: (
+          partitions.check_beside(filesystems.FILES, root, settings.partition,
+                                  settings.sibling_schema)))
   sample = settings_lib.preflight(settings)
-  with outputs.staged(
-      settings.output_dir, settings.pattern, partition=settings.partition,
-      layout=LAYOUT, overwrite=args.overwrite) as output:
+  with output:
     staging = output.staging_dir
     with progress.reporting('score', 'scored', args.progress_seconds,
-                            progress.estimate_records(
-                                settings.pattern,
-                                settings.read_config.format, sample)):
+                            progress.estimate_records(settings.input,
+                                                      sample)):
       result = run_pipeline(pipeline_args, settings, staging,
                             args.stall_seconds, args.progress_seconds)
     tally = records.pop_tally(staging)
     tally.reconcile()
     rejections.check_budget(tally, settings.max_rejected_fraction,
-                            settings.pattern, settings.read_config, output)
+                            settings.input, settings.read_config, output)
     written = report.manifest(args, settings, tally, result, staging,
                               started_at)
     report.check_row_count(staging, written['files'], tally.total_written)
-    outputs.write_json(posixpath.join(staging, scored.MANIFEST_FILE), written)
+    filesystems.write_json(posixpath.join(staging, scored.MANIFEST_FILE),
+                           written)
     report.write_drift_report(staging, written['drift'])
-    outputs.mark_finished(staging)
-    settings_lib.check_beside(settings, args.allow_schema_change)
+    output.mark_finished()
     output.publish()
   report.log_summary(written, time.time() - started, output.final_dir)
   tally.check_complete(settings.read_config.allow_corrupt_files)

@@ -8,6 +8,9 @@ documents by length (``pipeline.score``): ``TOKENIZE`` (raw strings in, token
 ids padded to max_len out) and ``CLASSIFY_TOKEN_IDS`` (token ids cut to any
 length in, the numeric outputs out), whose model is compiled with XLA.
 """
+import re
+from typing import Optional
+
 from schemas import raw
 from schemas import transformed
 
@@ -36,3 +39,17 @@ METADATA_FILE = 'assets.extra/metadata.json'
 # The version's evaluation report (metrics.json, report.md and its plots),
 # published with it; the model folder's top holds a copy of the newest's.
 REPORT_DIR = 'assets.extra/report'
+
+# A version folder's name: a whole number in ASCII digits, without leading
+# zeros (so that one number has one folder), below 2^63 (TF Serving's int64).
+_VERSION_NAME = re.compile(r'0|[1-9][0-9]*')
+MAX_VERSION = 2**63 - 1
+
+
+def version_number(name: str) -> Optional[int]:
+  """The version a folder named ``name`` holds; None if it is no version's
+  name."""
+  name = name.rstrip('/')
+  if _VERSION_NAME.fullmatch(name) and int(name) <= MAX_VERSION:
+    return int(name)
+  return None

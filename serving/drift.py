@@ -28,8 +28,10 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from schemas import metadata
+
 # The section of the export's metadata with the test split's distribution.
-REFERENCE = 'reference'
+REFERENCE = metadata.REFERENCE
 # Ten bins of confidence over [0, 1]; a reference carries its own edges, so
 # that a partition is always binned as its reference was.
 CONFIDENCE_EDGES = tuple(round(i / 10, 1) for i in range(11))

@@ -7,14 +7,20 @@ model folder, and gets its newest complete version, or one version folder.
 import json
 import logging
 import posixpath
-import re
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
 from schemas import serving
 from schemas import transformed
+from schemas.metadata import ExportMetadata
+from schemas.serving import MAX_VERSION
+from schemas.serving import version_number
 from serving import drift
+
+__all__ = ('ExportError', 'ExportMetadata', 'MAX_VERSION', 'add_metadata',
+           'check_against_graph', 'load', 'load_metadata', 'read_metadata',
+           'resolve', 'version_number', 'versions', 'write_metadata')
 
 
 class ExportError(Exception):
@@ -39,21 +45,6 @@ def write_metadata(export_dir: str, metadata: Dict) -> None:
   with tf.io.gfile.GFile(path + '.tmp', 'w') as out:
     json.dump(metadata, out, indent=2, sort_keys=True)
   tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
-
-
-# A version folder's name: a whole number in ASCII digits, without leading
-# zeros (so that one number has one folder), below 2^63 (TF Serving's int64).
-_VERSION_NAME = re.compile(r'0|[1-9][0-9]*')
-MAX_VERSION = 2**63 - 1
-
-
-def version_number(name: str):
-  """The version a folder named ``name`` holds; None if it is no version's
-  name."""
-  name = name.rstrip('/')
-  if _VERSION_NAME.fullmatch(name) and int(name) <= MAX_VERSION:
-    return int(name)
-  return None
 
 
 def versions(model_dir: str) -> Dict[int, str]:
@@ -96,34 +87,27 @@ def resolve(model_dir: str) -> str:
                     f'with saved_model.pb and {serving.METADATA_FILE})')
 
 
-def load_metadata(export_dir: str) -> Dict:
-  """An export's metadata, checked to name its classes."""
+def load_metadata(export_dir: str) -> ExportMetadata:
+  """An export's metadata, parsed and checked (``schemas.metadata``), and
+  checked to belong to its version folder."""
   path = posixpath.join(export_dir, serving.METADATA_FILE)
   try:
-    metadata = read_metadata(export_dir)
+    document = read_metadata(export_dir)
   except Exception as error:  # pylint: disable=broad-except
     raise ExportError(f'cannot read {path}: {error}') from error
-  names = metadata.get('label_names') if isinstance(metadata, dict) else None
-  if not (isinstance(names, list) and names and
-          all(isinstance(name, str) for name in names)):
-    raise ExportError(f'{path} has no label_names (a list of the class '
-                      'names)')
-  if len(set(names)) != len(names):
-    raise ExportError(f'{path} names a label twice: {names}')
-  # A staged export, evaluated before it is given a version, has none yet;
-  # a published one always has.
-  version = metadata.get('version', 0)
-  if not (type(version) is int and 0 <= version <= MAX_VERSION):  # pylint: disable=unidiomatic-typecheck
-    raise ExportError(f'{path} has no version (a whole number below 2^63, '
-                      f'as the version folders are named): {version!r}')
+  try:
+    metadata = ExportMetadata.parse(document)
+  except ValueError as error:
+    raise ExportError(f'{path} {error}') from error
   folder = export_dir.rstrip('/')
   named = version_number(posixpath.basename(folder))
-  if (named is not None and 'version' in metadata and version != named and
+  if (named is not None and metadata.version not in (None, named) and
       posixpath.basename(posixpath.dirname(folder)) == serving.EXPORT_DIR):
     # The scores would name a model that is not the one that made them.
-    raise ExportError(f'{path} says version {version}, but it is the '
-                      f'metadata of version folder {named}')
-  problem = drift.reference_problem(metadata.get(drift.REFERENCE), names)
+    raise ExportError(f'{path} says version {metadata.version}, but it is '
+                      f'the metadata of version folder {named}')
+  problem = drift.reference_problem(metadata.reference,
+                                    list(metadata.label_names))
   if problem:
     raise ExportError(f'{path} has a {drift.REFERENCE} (the test split\'s '
                       f'predictions, which drift is measured against) that '
@@ -131,10 +115,13 @@ def load_metadata(export_dir: str) -> Dict:
   return metadata
 
 
-def load(model_dir: str) -> Tuple[object, Dict]:
-  """The serving signature and metadata of the export ``model_dir`` names."""
+def load(model_dir: str, metadata: Optional[ExportMetadata] = None
+         ) -> Tuple[object, ExportMetadata]:
+  """The serving signature and metadata of the export ``model_dir`` names,
+  checked against each other. Given the ``metadata`` that a caller read of
+  this export already (``load_metadata``), it is not read again."""
   path = resolve(model_dir)
-  metadata = load_metadata(path)
+  metadata = metadata or load_metadata(path)
   try:
     loaded = tf.saved_model.load(path)
   except Exception as error:  # pylint: disable=broad-except
@@ -150,14 +137,15 @@ def load(model_dir: str) -> Tuple[object, Dict]:
 _PROBE_TEXTS = ('the', 'a b c d')
 
 
-def check_against_graph(signature, metadata: Dict, path: str) -> None:
+def check_against_graph(signature, metadata: ExportMetadata,
+                        path: str) -> None:
   """ExportError unless the metadata describes the graph it sits beside:
   as many label names as the graph has probabilities, each answer's label
   the name of its most probable class, and the label vocabulary the graph
   was built with (its ``assets/labels``) in the same order. A metadata file
   edited or copied from another export would otherwise relabel every
   prediction."""
-  names = metadata['label_names']
+  names = list(metadata.label_names)
   problem = None
   vocabulary_file = posixpath.join(path, 'assets',
                                    transformed.LABEL_VOCABULARY)

@@ -27,7 +27,7 @@ import concurrent.futures
 import logging
 import os
 import threading
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -213,18 +213,21 @@ class SignatureModel(SmallCalls):
         serving.PROBABILITIES].numpy()
 
 
-def load(export_dir: str, threads: int = 0) -> Tuple[SmallCalls, Dict]:
+def load(export_dir: str, threads: int = 0,
+         metadata: Optional[exports.ExportMetadata] = None
+         ) -> Tuple[SmallCalls, exports.ExportMetadata]:
   """The export's model, compiled for every length it will be called with:
   length-grouped where the export allows, else its ``serving_default`` in
-  small calls; and the export's metadata. Raises ExportError."""
-  signature, metadata = exports.load(export_dir)
+  small calls; and the export's metadata (``metadata``, where the caller
+  has it already: ``exports.load``). Raises ExportError."""
+  signature, metadata = exports.load(export_dir, metadata)
   if supports(signature):
-    model = LengthGroupedModel(signature, metadata['label_names'],
+    model = LengthGroupedModel(signature, metadata.label_names,
                                threads=threads)
   else:
     logging.info('%s predates the token-id signatures; every document is '
                  'padded to max_len', export_dir)
-    model = SignatureModel(signature, metadata['label_names'],
+    model = SignatureModel(signature, metadata.label_names,
                            threads=threads)
   try:
     model.compile()

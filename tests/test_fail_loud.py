@@ -9,7 +9,8 @@ import tensorflow as tf
 
 import cli
 from cli import flags
-from pipeline import outputs
+import outputs
+from pipeline import filesystems
 from pipeline import preprocess
 from pipeline import score
 from pipeline.scoring import inference
@@ -267,7 +268,7 @@ def test_one_poison_document_is_one_dead_letter_of_a_successful_run(
   status, errors = rerun(monkeypatch, capsys, trained, published, corpus,
                          '--batch_size=20')
   assert (status, errors) == (0, [])
-  manifest = outputs.read_json(
+  manifest = filesystems.read_json(
       str(published[0] / 'dt=1' / '_manifest.json'))
   assert manifest['counts']['rejected_by_reason'] == {
       rejected.INFERENCE_FAILED: 1}

@@ -12,7 +12,8 @@ import time
 import pytest
 
 import cli
-from pipeline import outputs
+import outputs
+from pipeline import filesystems
 from pipeline import preprocess
 from pipeline import score
 from tests.conftest import REPO
@@ -110,13 +111,13 @@ def test_a_disk_that_refuses_writes_is_one_line_and_changes_nothing(
   job, args, before = earlier
   # The output's own writes fail; the pipeline's temporary files are where
   # a full disk is met first.
-  real_create = outputs.files.FileSystems.create
+  real_create = filesystems.FileSystems.create
 
   def create(path, *rest, **kwargs):
     if '.out.staging' in path and 'beam-temp' in path:
       raise error
     return real_create(path, *rest, **kwargs)
-  monkeypatch.setattr(outputs.files.FileSystems, 'create', create)
+  monkeypatch.setattr(filesystems.FileSystems, 'create', create)
   module = score if job == 'score' else preprocess
   status, stderr = main_in_process(monkeypatch, capsys, module.run, *args)
   assert status == cli.EXIT_JOB_ERROR

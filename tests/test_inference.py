@@ -78,7 +78,7 @@ def test_run_inference_scores_as_the_signature_and_reports_its_metrics(
   texts = [r['text'] for r in synthetic_reviews(20, 8)]
   signature, metadata = exports.load(str(model_dir))
   expected = [(t, p['label']) for t, p in zip(
-      texts, predict.predict(signature, metadata['label_names'], texts))]
+      texts, predict.predict(signature, metadata.label_names, texts))]
   pipeline = beam_pipeline()
   assert_that(answers(pipeline, inference.RawTextModelHandler(
       str(export_dir)), texts, batch_size=8), equal_to(expected))

@@ -1,5 +1,6 @@
-"""The packages' import direction: schemas < cli < serving < the two jobs,
-the jobs independent of each other, and no job using the clusters tooling."""
+"""The packages' import direction: schemas < cli < serving and outputs <
+the two jobs, the jobs independent of each other, and no job using the
+clusters tooling."""
 import ast
 import pathlib
 import subprocess
@@ -14,8 +15,11 @@ ALLOWED = {
     'schemas': {'schemas'},
     'cli': {'schemas', 'cli'},
     'serving': {'schemas', 'cli', 'serving'},
-    'pipeline': {'schemas', 'cli', 'serving', 'pipeline'},
-    'trainer': {'schemas', 'cli', 'serving', 'trainer'},
+    # Where a job may write: below the jobs, which hand it their file
+    # access, so it imports neither Beam nor TensorFlow.
+    'outputs': {'schemas', 'cli', 'outputs'},
+    'pipeline': {'schemas', 'cli', 'serving', 'outputs', 'pipeline'},
+    'trainer': {'schemas', 'cli', 'serving', 'outputs', 'trainer'},
     # Tooling beside the jobs (the runners' clusters): none of them imports
     # it, and it imports none of them; an entry point itself, it shares
     # cli's (processes that end with the command that started them).
@@ -54,6 +58,21 @@ def modules_loaded_by(code: str):
 
 def test_the_trainer_loads_no_beam():
   loaded = modules_loaded_by('import trainer.train, trainer.predict')
+  assert not {m for m in loaded if m.startswith('apache_beam')}
+
+
+def test_the_outputs_layer_uses_neither_beam_nor_tensorflow():
+  """Each job hands it its own file access: the trainer loads no Beam for
+  it, the Beam jobs no TensorFlow of its own."""
+  wrong = sorted(
+      f'{path.relative_to(REPO)} imports {name}'
+      for path in (REPO / 'outputs').rglob('*.py')
+      for name in imported_packages(path)
+      if name in ('apache_beam', 'tensorflow'))
+  assert not wrong
+  loaded = modules_loaded_by('import outputs, outputs.partitions, '
+                             'outputs.versions')
+  assert 'outputs.rules' in loaded
   assert not {m for m in loaded if m.startswith('apache_beam')}
 
 

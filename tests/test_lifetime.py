@@ -180,33 +180,39 @@ def test_nohup_protects_a_command_from_a_closed_terminal(tmp_path):
   assert stderr.splitlines()[-1].startswith('error: stopped by SIGTERM;')
 
 
-# A command that fills its standard error until a write blocks (its reader
-# reads nothing), says so on standard output, and waits.
+# A command that stages an output, fills its standard error until a write
+# blocks (its reader reads nothing), and waits.
 _BLOCKED = """
 import logging, os, sys, threading, time
 import cli
+from pipeline import filesystems
+import outputs
 
 def run(argv):
-  def fill():
-    while True:
-      logging.warning('x' * 4096)
-  threading.Thread(target=fill, daemon=True).start()
-  time.sleep(600)
+  with outputs.StagedOutput(filesystems.FILES, argv[0]):
+    def fill():
+      while True:
+        logging.warning('x' * 4096)
+    threading.Thread(target=fill, daemon=True).start()
+    time.sleep(600)
 
 cli.main(run)
 """
 
 
-def test_a_stopped_command_ends_while_standard_error_is_full():
+def test_a_stopped_command_ends_while_standard_error_is_full(tmp_path):
   """Its reader stopped reading: the stop cannot say so, and the command
-  still ends within its bound."""
-  command = subprocess.Popen([sys.executable, '-c', _BLOCKED], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  still ends within its bound, its staging folder removed."""
+  command = subprocess.Popen(
+      [sys.executable, '-c', _BLOCKED, str(tmp_path / 'scores')], cwd=REPO,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   # Until its writes block: the pipe's buffer is full.
   wait_until(lambda: 'pipe_write' in _wait_channel(command.pid), seconds=120)
+  assert os.listdir(tmp_path)  # the staging folder
   command.send_signal(signal.SIGTERM)
   command.wait(timeout=cli.STOP_SECONDS + 30)
   assert command.returncode == 128 + signal.SIGTERM
+  assert not os.listdir(tmp_path)
 
 
 def _wait_channel(pid):

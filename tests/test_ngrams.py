@@ -187,4 +187,4 @@ def test_hybrid_export_serves_the_calibrated_model_from_raw_text(hybrid):
   np.testing.assert_allclose(
       probabilities, calibration.softmax(mixed / fitted['temperature']),
       atol=1e-5)
-  assert metadata['calibration']['fitted_on']['examples'] > 0
+  assert metadata.document['calibration']['fitted_on']['examples'] > 0

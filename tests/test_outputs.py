@@ -1,4 +1,5 @@
-"""pipeline.outputs: where a job stages, what it publishes, what it refuses."""
+"""outputs: where a job stages, what it publishes, what it refuses."""
+import errno
 import os
 import posixpath
 import signal
@@ -8,18 +9,28 @@ from apache_beam.io.filesystems import FileSystems
 import pytest
 
 import cli
-from pipeline import outputs
-from pipeline.outputs import staging
-from pipeline.outputs import swap
-from schemas import folders
+import outputs
+from outputs import ownership
+from outputs import staging
+from outputs import swap
+from outputs import tool_files
+from pipeline import filesystems
 from tests import s3
 from tests.conftest import tree
 
 LAYOUT = outputs.Layout(
     contents=('part-*.parquet', '_manifest.json', '_SUCCESS',
               '_rejected/rejected-*.jsonl'),
-    markers=('_SUCCESS', '_manifest.json'), owner=folders.SCORING)
+    markers=('_SUCCESS', '_manifest.json'), owner=ownership.SCORING)
 PART = 'part-00000-of-00001.parquet'
+
+
+def claim(root, pattern='', layout=LAYOUT, **kwargs):
+  """A Beam job's output claimed, for a job that reads ``pattern``."""
+  return outputs.claim(filesystems.FILES, str(root), layout=layout,
+                       input_pattern=pattern,
+                       reads=pattern and filesystems.reads(pattern),
+                       **kwargs)
 
 
 def write(folder, relative, content=b'x'):
@@ -36,7 +47,7 @@ def listing(folder):
 
 def publish(root, files, **kwargs):
   """One run that stages ``files`` and publishes them."""
-  with outputs.staged(str(root), layout=LAYOUT, **kwargs) as output:
+  with claim(str(root), layout=LAYOUT, **kwargs) as output:
     for relative in files:
       write(output.staging_dir, relative)
     output.publish()
@@ -45,7 +56,7 @@ def publish(root, files, **kwargs):
 
 def test_staging_is_a_hidden_sibling_of_the_output_root(tmp_path):
   root = tmp_path / 'scores'
-  with outputs.staged(str(root), partition='dt=5/hour=01',
+  with claim(str(root), partition='dt=5/hour=01',
                       layout=LAYOUT) as output:
     assert posixpath.dirname(output.staging_dir) == str(
         tmp_path / '.scores.staging') == outputs.staging_root(str(root))
@@ -83,7 +94,7 @@ def test_a_rerun_keeps_the_permissions_of_what_it_replaces(tmp_path,
       os.chmod(os.path.join(parent, name), 0o600)
   if partition:
     os.chmod(root, 0o750)
-  with outputs.staged(str(root), partition=partition,
+  with claim(str(root), partition=partition,
                       layout=LAYOUT) as staged:
     for relative in files:
       write(staged.staging_dir, relative)
@@ -129,13 +140,13 @@ def test_an_output_the_input_pattern_would_read_is_refused(tmp_path,
   for pattern in (f'{data}/**/*.jsonl', f'{data}/**', 'data/**/*.jsonl',
                   f'{tmp_path}/alias/**/*.parquet', f'{data}/scores/*/*'):
     with pytest.raises(outputs.OutputError, match='inside the input'):
-      with outputs.staged(root, pattern, partition='dt=1',
+      with claim(root, pattern, partition='dt=1',
                           layout=LAYOUT):
         pass
   assert os.listdir(data) == []
   for pattern in (f'{data}/*.jsonl', f'{data}/*/*.parquet',
                   f'{data}/scores/dt=2/*.parquet'):
-    with outputs.staged(root, pattern, partition='dt=1', layout=LAYOUT):
+    with claim(root, pattern, partition='dt=1', layout=LAYOUT):
       pass
 
 
@@ -181,7 +192,7 @@ def test_an_output_root_that_is_a_mount_point_is_refused(tmp_path,
 
 def leave_behind(root, partition):
   """A run killed with SIGKILL: entered, never left."""
-  output = outputs.staged(str(root), partition=partition, layout=LAYOUT)
+  output = claim(str(root), partition=partition, layout=LAYOUT)
   output.__enter__()
   write(output.staging_dir, PART)
   return output.staging_dir
@@ -241,13 +252,19 @@ def test_publish_and_rerun_on_an_object_store(monkeypatch):
     assert [posixpath.basename(p) for p in renames[-1][1]] == ['_SUCCESS']
     monkeypatch.undo()
 
+    # What the Finder left in a partition stays through its rerun.
+    write(f'{root}/dt=2', '.DS_Store')
+    publish(root, [PART, '_SUCCESS'], partition='dt=2')
+    assert listing(f'{root}/dt=2') == ['.DS_Store', '_SUCCESS', PART]
+    publish(root, [PART], partition='dt=2')
+
     with pytest.raises(RuntimeError):
-      with outputs.staged(root, partition='dt=1', layout=LAYOUT) as out:
+      with claim(root, partition='dt=1', layout=LAYOUT) as out:
         write(out.staging_dir, 'part-00000-of-00003.parquet')
         raise RuntimeError('the pipeline failed')
     assert listing(f's3://{s3.BUCKET}') == [
         'scores/dt=1/_SUCCESS', 'scores/dt=1/_manifest.json',
-        f'scores/dt=1/{PART}', f'scores/dt=2/{PART}']
+        f'scores/dt=1/{PART}', 'scores/dt=2/.DS_Store', f'scores/dt=2/{PART}']
     write(f's3://{s3.BUCKET}/other', 'notes.txt')
     with pytest.raises(outputs.OutputError, match='--overwrite'):
       publish(f's3://{s3.BUCKET}/other', [PART])
@@ -268,7 +285,7 @@ def no_exchange(monkeypatch):
 
 def publish_contents(root, files):
   """One run of partition dt=1 that stages ``files`` (name: bytes)."""
-  with outputs.staged(str(root), partition='dt=1',
+  with claim(str(root), partition='dt=1',
                       layout=LAYOUT) as output:
     for relative, content in files.items():
       write(output.staging_dir, relative, content)
@@ -302,7 +319,7 @@ def test_publish_without_the_swap_replaces_the_output_whole(tmp_path,
 
 def test_leaving_without_publishing_removes_the_staging(tmp_path):
   with pytest.raises(RuntimeError):
-    with outputs.staged(str(tmp_path / 'scores'), partition='dt=1',
+    with claim(str(tmp_path / 'scores'), partition='dt=1',
                         layout=LAYOUT) as output:
       write(output.staging_dir, PART, b'half')
       raise RuntimeError('the pipeline failed')
@@ -321,3 +338,50 @@ def test_a_stopped_run_never_publishes_though_the_stop_was_swallowed(
                                            '_SUCCESS': b''})
   assert tree(tmp_path / 'scores') == before
   assert os.listdir(tmp_path) == ['scores']
+
+
+def test_what_tools_leave_is_told_from_what_jobs_and_people_write():
+  for path in ('.DS_Store', 'dt=1/.DS_Store', '._part-00000.parquet',
+               'Thumbs.db', 'desktop.ini', '.ipynb_checkpoints/',
+               '.ipynb_checkpoints/report-checkpoint.md', 'export/1/.gitkeep',
+               '.report.md.swp', '.report.md.swo', 'report.md~',
+               '.#report.md'):
+    assert tool_files.is_tool_file(path), path
+  for path in (PART, '_SUCCESS', '_manifest.json', '.trainer.lock',
+               '.run-20261125-000000-abcdef', 'export/.tmp-x', 'notes.txt',
+               'NOTES.md', 'DS_Store', 'checkpoints/best.weights.h5',
+               'ipynb_checkpoints/x'):
+    assert not tool_files.is_tool_file(path), path
+  assert tool_files.tool_root('a/.ipynb_checkpoints/b/c.md') == (
+      'a/.ipynb_checkpoints')
+  for path in ('NOTES.md', 'README', 'readme.txt', 'Notes.rst'):
+    assert tool_files.is_note(path), path
+  for path in ('notes.docx', 'dt=1/README.md', 'NOTES.md.bak', 'READ.md'):
+    assert not tool_files.is_note(path), path
+
+
+def test_a_rerun_keeps_what_tools_left_in_the_output_it_replaces(tmp_path):
+  root = tmp_path / 'scores'
+  publish(root, [PART, '_SUCCESS'], partition='dt=1')
+  left = {'dt=1/.DS_Store': b'Finder', 'dt=1/_rejected/.DS_Store': b'Finder',
+          'dt=1/.ipynb_checkpoints/x-checkpoint.md': b'Jupyter',
+          'dt=1/.gitkeep': b''}
+  for path, content in left.items():
+    write(root, path, content)
+  publish(root, [PART, '_SUCCESS'], partition='dt=1')
+  assert {path: (root / path).read_bytes() for path in left} == left
+  assert os.listdir(tmp_path) == ['scores']
+
+
+def test_a_location_that_cannot_be_written_is_refused_leaving_nothing(
+    tmp_path):
+  class ReadOnly(filesystems.BeamFiles):
+    def write(self, path, data):
+      raise OSError(errno.EROFS, 'Read-only file system')
+
+  output = outputs.claim(ReadOnly(), str(tmp_path / 'scores'), layout=LAYOUT)
+  with pytest.raises(outputs.OutputError,
+                     match='cannot write to .*Read-only file system'):
+    with output:
+      pass
+  assert os.listdir(tmp_path) == []

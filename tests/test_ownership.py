@@ -15,6 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 import pytest
 
+import cli
 from cli import flags
 from pipeline import jobs
 from pipeline import preprocess
@@ -369,3 +370,72 @@ def test_a_beam_job_sees_links_and_empty_folders_and_writes_through_no_link(
     assert status == 2, stderr
     assert 'Traceback' not in stderr
   assert snapshot(tmp_path) == before
+
+
+# What people's tools leave in the folders they open (outputs.tool_files),
+# by path, with bytes that must outlive every job's run.
+TOOL_FILES = {
+    '.DS_Store': b'Finder',
+    '.gitkeep': b'',
+    '.ipynb_checkpoints/report-checkpoint.md': b'JupyterLab',
+    '.report.md.swp': b'vim',
+}
+
+
+def _leave(folder, found):
+  for path, content in found.items():
+    (folder / path).parent.mkdir(parents=True, exist_ok=True)
+    (folder / path).write_bytes(content)
+
+
+def _kept(folder, found):
+  return {path: (folder / path).read_bytes() for path in found
+          if (folder / path).exists()}
+
+
+def test_the_trainer_keeps_what_tools_and_people_leave_in_a_model_folder(
+    tmp_path, synthetic_preprocessed, trained):
+  """.DS_Store, .ipynb_checkpoints/, .gitkeep, swap files and a NOTES.md
+  beside the versions: a new version is added, every one of them kept,
+  also in the folders a run replaces whole (checkpoints/)."""
+  model_dir = _model_copy(trained, tmp_path)
+  (model_dir / 'checkpoints').mkdir(exist_ok=True)
+  left = {**TOOL_FILES, 'NOTES.md': b'trained nightly',
+          'checkpoints/.DS_Store': b'Finder',
+          f'export/{os.path.basename(trained[1])}/.DS_Store': b'Finder'}
+  _leave(model_dir, left)
+  _, export_dir = train.run([f'--data_dir={synthetic_preprocessed}',
+                             f'--model_dir={model_dir}', *TINY_MODEL])
+  assert os.path.basename(export_dir) != os.path.basename(trained[1])
+  assert _kept(model_dir, left) == left
+
+
+def test_the_trainer_trains_into_a_folder_holding_only_notes_and_tool_files(
+    tmp_path, synthetic_preprocessed):
+  model_dir = tmp_path / 'model'
+  left = {'.gitkeep': b'', 'README.txt': b'the nightly model', **TOOL_FILES}
+  _leave(model_dir, left)
+  train.run([f'--data_dir={synthetic_preprocessed}',
+             f'--model_dir={model_dir}', *TINY_MODEL])
+  assert (model_dir / 'export').is_dir()
+  assert _kept(model_dir, left) == left
+
+
+def test_a_rerun_replaces_a_partition_that_tools_left_files_in_and_keeps_them(
+    tmp_path, trained):
+  corpus = write_jsonl(tmp_path / 'in.jsonl', synthetic_reviews(20, 0))
+  root = tmp_path / 'scores'
+  flags_given = [f'--input={corpus}', f'--model_dir={trained[0]}',
+                 f'--output_dir={root}', '--partition=dt=1']
+  score.run(flags_given)
+  left = {**TOOL_FILES, 'Thumbs.db': b'Explorer'}
+  _leave(root / 'dt=1', left)
+  manifest = score.run(flags_given)
+  assert manifest['counts']['scored'] == 20
+  assert _kept(root / 'dt=1', left) == left
+  # A note is a file a rerun would delete: kept only with --overwrite's
+  # leave to replace the partition whole.
+  (root / 'dt=1' / 'NOTES.md').write_text('ours')
+  with pytest.raises(cli.JobError, match='files this job does not write, '
+                     'such as NOTES.md'):
+    score.run(flags_given)

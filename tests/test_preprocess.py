@@ -16,7 +16,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 import cli
-from pipeline import outputs
+import outputs
 from pipeline import preprocess
 from pipeline import readers
 from pipeline.preprocessing import splits as split_lib
@@ -267,7 +267,8 @@ def test_every_reader_gives_labels_in_nfc(tmp_path, fmt):
       else:
         handle.write(f'{{"text": "fine", "label": "{CAFE_NFC}"}}\n'
                      f'{{"text": "fine", "label": "{CAFE_NFD}"}}\n')
-  read = readers.sample(pattern, readers.ReadConfig(format=fmt), 10)
+  read = readers.sample(readers.resolve_input(pattern, fmt),
+                        readers.ReadConfig(format=fmt), 10)
   assert [record[raw.LABEL] for record in read] == [CAFE_NFC, CAFE_NFC]
 
 
@@ -386,7 +387,7 @@ def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):
     (lambda d: [f'--input={d}/in.jsonl', '--format=xml',
                 f'--output_dir={d}/out'], 'invalid choice'),
     (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/in.jsonl/out'],
-     'cannot write to'),
+     'in.jsonl is a file, where --output_dir needs a folder'),
     (lambda d: [f'--input={d}/in.jsonl', f'--output_dir={d}/out',
                 '--vocab_size=1'], 'argument --vocab_size: must be in [3, '),
     (lambda d: [f'--input={d}/**', '--format=jsonl', f'--output_dir={d}/out'],

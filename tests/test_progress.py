@@ -34,12 +34,12 @@ def test_the_line_counts_rates_and_the_time_left(monkeypatch):
 def test_the_input_is_estimated_from_its_size_and_a_sample(tmp_path):
   rows = synthetic_reviews(400, 3)
   corpus = write_jsonl(tmp_path / 'in.jsonl', rows)
-  pattern, fmt = readers.resolve_input(str(corpus), 'auto')
-  config = readers.ReadConfig(format=fmt, label_field=None)
-  sample = readers.sample(pattern, config, 100)
-  estimate = progress.estimate_records(pattern, fmt, sample)
+  matched = readers.resolve_input(str(corpus), 'auto')
+  config = readers.ReadConfig(format=matched.format, label_field=None)
+  sample = readers.sample(matched, config, 100)
+  estimate = progress.estimate_records(matched, sample)
   assert 0.7 * len(rows) < estimate < 1.3 * len(rows)
-  assert progress.estimate_records(pattern, fmt, []) is None
+  assert progress.estimate_records(matched, []) is None
 
 
 def test_a_run_logs_its_progress(trained, tmp_path, caplog):

@@ -32,9 +32,10 @@ from tests.conftest import write_jsonl
 def read(pattern, fmt='auto', chunked=False, **config):
   """Every record a pattern yields, read through a real Beam pipeline
   (``chunked``: in chunks, each at most ``read_ahead.CHUNK_RECORDS``)."""
-  pattern, fmt = readers.resolve_input(str(pattern), fmt)
+  matched = readers.resolve_input(str(pattern), fmt)
   transform = readers.ReadRecords(
-      pattern, readers.ReadConfig(format=fmt, **config), chunked=chunked)
+      matched.pattern, readers.ReadConfig(format=matched.format, **config),
+      chunked=chunked)
   read_records = run_and_collect(lambda p: p | transform)
   if chunked:
     assert all(isinstance(chunk, list) and
@@ -244,10 +245,12 @@ def test_resolve_input_errors_and_defaults(tmp_path):
   (tmp_path / 'a.weird').write_text('x')
   with pytest.raises(readers.ReaderError, match='pass --format'):
     readers.resolve_input(str(tmp_path / '*.weird'), 'auto')
-  assert readers.resolve_input(str(tmp_path), 'auto') == (
-      str(tmp_path) + '/**', 'files')
+  matched = readers.resolve_input(str(tmp_path), 'auto')
+  assert (matched.pattern, matched.format) == (str(tmp_path) + '/**', 'files')
+  assert matched.files == [str(tmp_path / 'a.weird')]
   (tmp_path / 'b.csv.gz').write_bytes(gzip.compress(b'text\nx\n'))
-  assert readers.resolve_input(str(tmp_path / '*.csv.gz'), 'auto')[1] == 'csv'
+  assert readers.resolve_input(str(tmp_path / '*.csv.gz'),
+                               'auto').format == 'csv'
 
 
 # --------------------------------------------------------------------------
@@ -561,8 +564,8 @@ def test_double_star_is_zero_or_more_folders(tmp_path):
       'a/b/c/w.jsonl', 'a/b/z.jsonl', 'a/y.jsonl', 'x.jsonl']
   assert [r[raw.ID] for r in read(f'{data}/a/**/b/*.jsonl')] == [
       'a/b/z.jsonl']
-  assert readers.resolve_input(f'{data}/**/x.jsonl', 'auto') == (
-      f'{data}/**/x.jsonl', 'jsonl')
+  matched = readers.resolve_input(f'{data}/**/x.jsonl', 'auto')
+  assert (matched.pattern, matched.format) == (f'{data}/**/x.jsonl', 'jsonl')
   # Elsewhere ** is any characters, / included, as in Beam; ? and [...]
   # never cross a /.
   assert readers.matched_files(f'{data}/a**.jsonl') == [
@@ -729,7 +732,7 @@ def test_the_launchers_sample_lists_every_field_of_a_row(tmp_path, fmt):
                 value=[value.encode()])) for name, value in row.items()
         })).SerializeToString())
   config = readers.ReadConfig(format=fmt, text_field='body')
-  sample = readers.sample(str(path), config, 100)
+  sample = readers.sample(readers.resolve_input(str(path), fmt), config, 100)
   # Parquet's reader reads only the columns it needs: the sample names
   # the rest too.
   assert [sorted(r[raw.FIELDS]) for r in sample] == [
@@ -745,9 +748,10 @@ def test_files_of_two_formats_are_refused_naming_both(tmp_path):
   with pytest.raises(readers.ReaderError,
                      match=r'a\.csv is csv, .*b\.jsonl is jsonl'):
     readers.resolve_input(f'{tmp_path}/*', 'auto')
-  assert readers.resolve_input(f'{tmp_path}/*.jsonl*', 'auto')[1] == 'jsonl'
+  assert readers.resolve_input(f'{tmp_path}/*.jsonl*',
+                               'auto').format == 'jsonl'
   # --format says how to read them all.
-  assert readers.resolve_input(f'{tmp_path}/*', 'jsonl')[1] == 'jsonl'
+  assert readers.resolve_input(f'{tmp_path}/*', 'jsonl').format == 'jsonl'
 
 
 def labelled(prefix, count):

@@ -349,8 +349,9 @@ def test_a_pipeline_reads_any_named_file_once(names):
       with open(os.path.join(folder, str(index % 2), name), 'w',
                 encoding='utf-8') as handle:
         handle.write(json.dumps({'id': name, 'text': 'x'}) + '\n')
-    pattern, fmt = readers.resolve_input(f'{folder}/**/*', 'jsonl')
-    transform = readers.ReadRecords(pattern, readers.ReadConfig(format=fmt))
+    matched = readers.resolve_input(f'{folder}/**/*', 'jsonl')
+    transform = readers.ReadRecords(matched.pattern,
+                                    readers.ReadConfig(format=matched.format))
     outputs = run_and_collect(lambda pipeline: pipeline | transform)
   assert sorted(output[raw.ID] for output in outputs) == sorted(names)
 

@@ -24,13 +24,14 @@ import pytest
 import cli
 from serving import drift
 from serving import length_groups
-from pipeline import outputs
+import outputs
+from outputs import partitions
+from pipeline import filesystems
 from pipeline import readers
 from pipeline import records
 from pipeline import score
 from pipeline.scoring import inference
 from pipeline.scoring import kept_fields
-from pipeline.scoring import settings as settings_lib
 from schemas import rejected
 from schemas import scored
 from schemas import serving
@@ -146,7 +147,7 @@ def test_parquet_rows_match_the_schema_and_trainer_predict(scored_run,
 
   signature, metadata = exports.load(str(trained[0]))
   expected = {r['id']: p for r, p in zip(rows, predict.predict(
-      signature, metadata['label_names'], [r['text'] for r in rows]))}
+      signature, metadata.label_names, [r['text'] for r in rows]))}
   stars = {r['id']: r['stars'] for r in rows}
   for row in table.to_pylist():
     want = expected[row[scored.ID]]
@@ -161,7 +162,8 @@ def test_finished_partition_has_marker_manifest_and_duckdb_reads_it(
   _, corpus, output_dir, manifest = scored_run
   partition = output_dir / 'dt=2026-11-21'
   assert (partition / outputs.SUCCESS_MARKER).exists()
-  assert manifest == outputs.read_json(str(partition / scored.MANIFEST_FILE))
+  assert manifest == filesystems.read_json(
+      str(partition / scored.MANIFEST_FILE))
   assert manifest['input'] == str(corpus)
   assert manifest['started_at'] <= manifest['finished_at']
   # Batches of 32 documents.
@@ -193,7 +195,7 @@ def test_dataset_readers_see_only_the_scored_rows(scored_run):
 
 def test_export_carries_the_test_split_reference(trained):
   _, metadata = exports.load(str(trained[0]))
-  reference = metadata[drift.REFERENCE]
+  reference = metadata.reference
   assert reference['documents'] == 200  # the test split
   assert sorted(reference['label_shares']) == ['neg', 'pos']
   assert sum(reference['label_shares'].values()) == pytest.approx(1.0)
@@ -336,7 +338,7 @@ def test_length_grouped_model_gives_the_signatures_outputs(trained):
   # threads: the tests' documents fall into all of them, and most runs need
   # padding rows.
   grouped = length_groups.LengthGroupedModel(
-      signature, metadata['label_names'], call_rows=3, shortest=4, threads=2)
+      signature, metadata.label_names, call_rows=3, shortest=4, threads=2)
   texts = [r['text'] for r in synthetic_reviews(30, 12)] + [
       'great ' * 60,  # longer than max_len
       '', ' <br /><br /> ', 'superb', 'dull film']  # empty after HTML tags
@@ -440,7 +442,8 @@ def test_job_level_faults(trained, tmp_path):
                                       output_dir),
       'no input file matches': score_args(tmp_path / '*.csv', model_dir,
                                           output_dir),
-      'cannot write': score_args(corpus, model_dir, blocker / 'scores'),
+      'a-file is a file, where --output_dir needs a folder': score_args(
+          corpus, model_dir, blocker / 'scores'),
       'bad --partition': score_args(corpus, model_dir, output_dir,
                                     '--partition=../up'),
       'needs named fields': score_args(tmp_path / 'notes.txt', model_dir,
@@ -549,8 +552,8 @@ def test_kept_values_are_published_as_read_or_are_dead_letters(trained,
 
 
 def test_partition_names_are_checked():
-  assert settings_lib.check_partition('dt=2026-11-21/') == 'dt=2026-11-21'
-  assert settings_lib.check_partition('dt=2026-11-21/hour=03') == (
+  assert partitions.checked('dt=2026-11-21/') == 'dt=2026-11-21'
+  assert partitions.checked('dt=2026-11-21/hour=03') == (
       'dt=2026-11-21/hour=03')
   for bad in ('', '..', 'dt=1/../x', '.hidden', '_tmp', 'dt=*', 'a//b', ' ',
               '\n', 'dt=1 ', 'dt=1\n', 'dt= 1', 'dt=1/\thour=2', '_rejected',
@@ -564,7 +567,7 @@ def test_partition_names_are_checked():
               'dt=__HIVE_DEFAULT_PARTITION__', 'dt=', '=1', 'dt=a%2Fb',
               'dt=1/DT=2', 'dt=_x', 'dt=.x', 'd t=1', 'dt=1,2'):
     with pytest.raises(ValueError):
-      settings_lib.check_partition(bad)
+      partitions.checked(bad)
 
 
 @hypothesis.settings(max_examples=300, derandomize=True, deadline=None)
@@ -579,7 +582,7 @@ def test_a_partition_accepted_is_read_back_as_given(tmp_path_factory, pairs):
   pyarrow's hive partitioning with every key and value as given."""
   partition = '/'.join(f'{key}={value}' for key, value in pairs)
   try:
-    checked = settings_lib.check_partition(partition)
+    checked = partitions.checked(partition)
   except ValueError:
     return
   root = tmp_path_factory.mktemp('hive')
@@ -597,20 +600,22 @@ def test_kept_field_types_come_from_the_input(tmp_path):
   jsonl.write_text('{"text": "a", "n": 1, "x": 1.5, "tag": "t"}\n'
                    '{"text": "b", "n": 2, "x": 2, "tag": null}\n')
   config = readers.ReadConfig(format='jsonl', keep_fields=('n', 'x', 'tag'))
-  assert kept_fields.schema(str(jsonl), config) == pa.schema(
+  assert kept_fields.schema(readers.resolve_input(str(jsonl), 'jsonl'), config) == pa.schema(
       [('n', pa.int64()), ('x', pa.float64()), ('tag', pa.string())])
   parquet = tmp_path / 'rows.parquet'
   pq.write_table(pa.table({'text': ['a'], 'day': pa.array(
       [1], pa.date32())}), parquet)
   config = readers.ReadConfig(format='parquet', keep_fields=('day',))
-  assert kept_fields.schema(str(parquet), config) == pa.schema(
+  assert kept_fields.schema(readers.resolve_input(str(parquet), 'parquet'),
+                            config) == pa.schema(
       [('day', pa.date32())])
   assert kept_fields.misfit({'n': 3}, [('n', pa.int64())]) is None
   assert 'does not fit int64' in kept_fields.misfit({'n': 'three'},
                                                     [('n', pa.int64())])
   with pytest.raises(readers.ReaderError, match='no field'):
-    kept_fields.schema(str(parquet), readers.ReadConfig(
-        format='parquet', keep_fields=('missing',)))
+    kept_fields.schema(readers.resolve_input(str(parquet), 'parquet'),
+                       readers.ReadConfig(format='parquet',
+                                          keep_fields=('missing',)))
 
 
 def add_to_staging(monkeypatch, files):

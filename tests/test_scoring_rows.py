@@ -206,11 +206,12 @@ def score_kept(inputs, sampled):
   with tempfile.TemporaryDirectory() as folder:
     path = write_jsonl(os.path.join(folder, 'in.jsonl'), inputs)
     config = readers.ReadConfig(format='jsonl', keep_fields=KEPT)
+    matched = readers.resolve_input(path, 'jsonl')
     try:
-      kept_schema = kept_fields.schema(path, config, sampled)
+      kept_schema = kept_fields.schema(matched, config, sampled)
     except readers.ReaderError:
       return None
-    read = readers.sample(path, config, len(inputs) + 1)
+    read = readers.sample(matched, config, len(inputs) + 1)
   kept_types = [(name, kept_schema.field(name).type) for name in KEPT]
   batches, checked = run_bundle(rows.Validate(1000, kept_types, 4), [read])
   schema = scored.arrow_schema(LABELS, kept_schema)

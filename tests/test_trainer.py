@@ -76,7 +76,7 @@ def test_metrics_report_validation_and_test_and_the_selecting_split(trained):
   assert on_disk == metrics
   assert metrics['selected_on'] == raw.VALIDATION
   _, metadata = exports.load(str(model_dir))
-  written = metadata['data_stats']['records']['written']
+  written = metadata.document['data_stats']['records']['written']
   for split in raw.HELD_OUT:
     section = metrics[split]
     assert section['examples'] == written[split] > 0
@@ -87,7 +87,7 @@ def test_metrics_report_validation_and_test_and_the_selecting_split(trained):
     for stage in ('before', 'after'):
       assert 0 <= section['calibration'][stage]['ece'] <= 1
     assert section['calibration']['temperature'] == (
-        metadata['calibration']['temperature'])
+        metadata.document['calibration']['temperature'])
   # The temperature was fitted on validation: no worse there than T = 1.
   fitted = metrics['validation']['calibration']
   assert fitted['after']['nll'] <= fitted['before']['nll'] + 1e-4
@@ -118,18 +118,18 @@ def test_export_takes_raw_text_without_the_preprocessing_output(trained):
   np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
   np.testing.assert_allclose(outputs[serving.CONFIDENCE].numpy(),
                              probabilities.max(axis=1))
-  assert sorted(metadata['label_names']) == ['neg', 'pos']
-  assert [metadata['label_names'][i] for i in outputs[
+  assert sorted(metadata.label_names) == ['neg', 'pos']
+  assert [metadata.label_names[i] for i in outputs[
       serving.LABEL_ID].numpy()] == labels
-  assert metadata['preprocessing']['transform']['max_len'] == 24
-  assert metadata['training']['epochs'] == 4
+  assert metadata.document['preprocessing']['transform']['max_len'] == 24
+  assert metadata.document['training']['epochs'] == 4
 
 
 def test_predict_cli_matches_the_signature(trained):
   model_dir, _, _ = trained
   texts = ['superb wonderful film', 'dull waste of a plot']
   signature, metadata = exports.load(str(model_dir))
-  direct = predict.predict(signature, metadata['label_names'], texts)
+  direct = predict.predict(signature, metadata.label_names, texts)
   result = run_module('trainer.predict', f'--model_dir={model_dir}', '--json',
                       *texts)
   assert result.returncode == 0, result.stderr[-2000:]
@@ -772,18 +772,18 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
       '--warmup_fraction=0.25',
       '--weight_decay=0.01', '--clipnorm=1', '--monitor=val_accuracy',
       '--bucket_width=32', '--folds=0'])
-  _, metadata = exports.load(export_dir)
+  training = exports.load(export_dir)[1].document['training']
   flags = {'decay': True, 'warmup_fraction': 0.25, 'weight_decay': 0.01,
            'clipnorm': 1.0, 'monitor': 'val_accuracy', 'bucket_width': 32}
-  assert {name: metadata['training'][name] for name in flags} == flags
+  assert {name: training[name] for name in flags} == flags
   # Early stopping needs more than --patience=2 epochs: both epochs ran.
-  assert metadata['training']['epochs_run'] == 2
+  assert training['epochs_run'] == 2
   assert metrics['test']['examples'] == 100
   # The optimizer the model was compiled with: AdamW, clipped, on a
   # schedule that warms up over a quarter of the 2 epochs' steps and decays
   # over the others.
-  steps = 2 * math.ceil(metadata['data_stats']['records']['written'][
-      raw.TRAIN] / 16)
+  steps = 2 * math.ceil(exports.read_metadata(export_dir)['data_stats'][
+      'records']['written'][raw.TRAIN] / 16)
   warmup = steps // 4
   (optimizer,) = built
   assert isinstance(optimizer, keras.optimizers.AdamW)

@@ -29,7 +29,6 @@ from tests.test_trainer import TINY_MODEL
 from tests.test_trainer import preprocess_rows
 from trainer import data as data_lib
 from trainer import evaluate
-from trainer import export
 from trainer import fitting
 from trainer import lock
 from trainer import runs
@@ -345,13 +344,13 @@ def test_a_version_is_newer_than_every_existing_one(tmp_path):
   # number beyond int64 are no version's names.
   for name in (str(future), f'0{future + 5}', '\u00b2', str(2**63)):
     (export_root / name).mkdir(parents=True)
-  assert export.next_version(str(tmp_path)) == future + 1
+  assert runs.Run(str(tmp_path)).next_version() == future + 1
 
 
 def test_no_version_beyond_int64_is_published(tmp_path):
   (tmp_path / serving.EXPORT_DIR / str(2**63 - 1)).mkdir(parents=True)
   with pytest.raises(cli.JobError, match='64 bits'):
-    export.next_version(str(tmp_path))
+    runs.Run(str(tmp_path)).next_version()
 
 
 def test_names_that_are_no_versions_are_skipped_by_their_own_path(

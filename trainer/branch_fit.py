@@ -48,7 +48,7 @@ def callbacks(monitor: str, patience: int, scratch: str, logs: str,
   # Keras formats the path with the epoch's figures ({epoch}): a brace of
   # the folder's name is a literal one.
   checkpoint = posixpath.join(scratch, runs.CHECKPOINTS_DIR,
-                              'best.weights.h5').replace('{', '{{').replace(
+                              runs.CHECKPOINT_FILE).replace('{', '{{').replace(
                                   '}', '}}')
   return [
       *([keras.callbacks.EarlyStopping(monitor=monitor, patience=patience,

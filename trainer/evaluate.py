@@ -23,7 +23,7 @@ import numpy as np  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
 
 from serving import drift  # pylint: disable=wrong-import-position
-from schemas import folders  # pylint: disable=wrong-import-position
+from outputs import ownership  # pylint: disable=wrong-import-position
 from schemas import raw  # pylint: disable=wrong-import-position
 from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
@@ -33,8 +33,8 @@ from trainer import model as model_lib  # pylint: disable=wrong-import-position
 from trainer import selection  # pylint: disable=wrong-import-position
 from serving import exports  # pylint: disable=wrong-import-position
 
-METRICS_FILE = folders.MODEL_METRICS
-REPORT_FILE = folders.MODEL_REPORT
+METRICS_FILE = ownership.MODEL_METRICS
+REPORT_FILE = ownership.MODEL_REPORT
 HISTORY_FILE = 'history.csv'
 HISTORY_PLOT = 'training_curves.png'
 # The export's metadata section with the headline figures of its evaluation.
@@ -358,7 +358,8 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
   """Serves the staged export over validation, then test, once; adds to its
   metadata what the scoring job measures drift against and the headline
   figures; returns what it found."""
-  signature, metadata = exports.load(export_dir)
+  signature, loaded = exports.load(export_dir)
+  metadata = loaded.document
   choices = metadata.get('training', {}).get('choices', {})
   # What chose the model's settings: the validation split, or
   # cross-validation (and then whether validation was trained on too).

@@ -16,13 +16,10 @@ there, and renamed to its version only then: a version that a scoring job
 can see has its evaluation and its drift reference, whenever the trainer
 was stopped.
 """
-import posixpath
-import time
 from typing import Dict, List
 
 import tensorflow as tf
 
-import cli
 from schemas import serving
 from schemas import transformed
 from serving import exports
@@ -76,7 +73,8 @@ class RawTextClassifier(tf.Module):
 def save(model, tft_output, label_names: List[str], staging: str,
          metadata: Dict) -> None:
   """Saves the export, not yet visible, into ``staging`` (``runs.Run.export``),
-  for the evaluation to serve and complete; ``publish`` makes it a version."""
+  for the evaluation to serve and complete; ``runs.Run.publish`` makes it a
+  version."""
   module = RawTextClassifier(model, tft_output, label_names)
   tf.saved_model.save(module, staging,
                       signatures={
@@ -85,27 +83,3 @@ def save(model, tft_output, label_names: List[str], staging: str,
                           serving.CLASSIFY_TOKEN_IDS: module.classify_token_ids,
                       })
   exports.write_metadata(staging, {**metadata, 'label_names': label_names})
-
-
-def next_version(model_dir: str) -> int:
-  """The version the run's export will have: the time in seconds, but above
-  every existing version, so the newest version is always the newest run's,
-  even after the clock went back; the model folder's lock keeps two runs
-  from taking the same one."""
-  versions = exports.versions(model_dir)
-  version = max([int(time.time()), *(v + 1 for v in versions)])
-  if version > exports.MAX_VERSION:
-    raise cli.JobError(
-        f'{model_dir} has the version {max(versions)}, and no version above '
-        f'it fits in 64 bits ({exports.MAX_VERSION}) as TF Serving reads '
-        'versions: train into another --model_dir')
-  return version
-
-
-def publish(staging: str, model_dir: str, version: int) -> str:
-  """Renames a complete staged export, whose metadata names ``version``,
-  to ``export/<version>/``; returns it."""
-  cli.check_not_stopped()
-  final = posixpath.join(model_dir, serving.EXPORT_DIR, str(version))
-  tf.io.gfile.rename(staging, final)
-  return final

@@ -34,9 +34,9 @@ from typing import Dict, Optional
 import tensorflow as tf
 
 import cli
-from schemas import folders
+from outputs import ownership
 
-LOCK_FILE = folders.MODEL_LOCK
+LOCK_FILE = ownership.MODEL_LOCK
 # Object stores: how often the holder rewrites the lock file, and how long
 # after its last rewrite another trainer takes it over.
 HEARTBEAT_SECONDS = 60

@@ -164,7 +164,7 @@ def run(argv=None):
     raise cli.JobError(str(error)) from error
   given = classified = not_utf8 = 0
   for result, utf8 in classify_in_batches(
-      signature, metadata['label_names'], given_texts(args.texts),
+      signature, metadata.label_names, given_texts(args.texts),
       args.batch_size):
     given += 1
     classified += result['label'] is not None

@@ -61,13 +61,13 @@ def save(trained: fitting.Trained, settings: settings_lib.Settings,
               })
 
 
-def publish(evaluation: evaluate.Evaluation, model_dir: str,
+def publish(evaluation: evaluate.Evaluation,
             data: data_lib.PreprocessedData, run_folders: runs.Run) -> str:
   """The evaluated export put in place as the next version, with its
   report, and the run's files in place of the previous run's; returns the
   version's folder."""
   data.check_unchanged()
-  version = export.next_version(model_dir)
+  version = run_folders.next_version()
   exports.add_metadata(run_folders.export, {
       'version': version,
       'preprocessing_fingerprint': data.fingerprint})
@@ -77,10 +77,7 @@ def publish(evaluation: evaluate.Evaluation, model_dir: str,
       runs.report_dir(run_folders.export), evaluation,
       exports.read_metadata(run_folders.export),
       posixpath.join(run_folders.scratch, evaluate.HISTORY_FILE))
-  export_dir = export.publish(run_folders.export, model_dir, version)
-  run_folders.publish_scratch()
-  runs.copy_report(model_dir)
-  return export_dir
+  return run_folders.publish(version)
 
 
 def log_summary(trained: fitting.Trained, evaluation: evaluate.Evaluation,

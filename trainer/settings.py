@@ -8,7 +8,7 @@ import math
 from typing import Dict, Optional, Tuple
 
 import cli
-from schemas import folders
+from outputs import ownership
 from schemas import raw
 from trainer import data as data_lib
 from trainer import model as model_lib
@@ -109,8 +109,8 @@ def settings_from_args(args) -> Tuple[Settings, data_lib.PreprocessedData]:
   # The folders links lead to when the run starts: a link switched while it
   # trains (to a newer preprocessing output, say) changes nothing it reads
   # or writes.
-  data_dir = folders.resolved(args.data_dir)
-  model_dir = folders.resolved(args.model_dir)
+  data_dir = ownership.resolved(args.data_dir)
+  model_dir = ownership.resolved(args.model_dir)
   data = data_lib.PreprocessedData.load(data_dir)
   check_trainable(data, args.batch_size)
   epochs = {flag: most_epochs(flag, getattr(args, flag), data,

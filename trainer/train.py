@@ -69,8 +69,7 @@ def run(argv=None):
     trained = fitting.fit(settings, data, run_folders, planned)
     publishing.save(trained, settings, data, run_folders)
     evaluation = evaluate.evaluate(run_folders.export, data)
-    export_dir = publishing.publish(evaluation, settings.model_dir, data,
-                                    run_folders)
+    export_dir = publishing.publish(evaluation, data, run_folders)
     publishing.log_summary(trained, evaluation, export_dir,
                            settings.model_dir, started)
   return evaluation.metrics, export_dir

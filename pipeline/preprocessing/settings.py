@@ -13,13 +13,17 @@ from pipeline.preprocessing import splits
 @dataclasses.dataclass(frozen=True)
 class Settings:
   """The job's checked flags."""
-  pattern: str
+  input: readers.Input
   read_config: readers.ReadConfig
   params: transform.TransformParams
   test_fraction: Optional[float]  # None: splits come from the data
   validation_fraction: float
   max_rejected_fraction: float
   group_pattern: Optional[str] = None
+
+  @property
+  def pattern(self) -> str:
+    return self.input.pattern
 
   @property
   def grouping(self) -> splits.Grouping:
@@ -56,10 +60,10 @@ def check_fractions(args, fmt: str) -> None:
 def settings_from_args(args) -> Settings:
   """The flags checked before anything runs; a JobError names a bad one."""
   try:
-    pattern, fmt = readers.resolve_input(args.input, args.format)
-    check_fractions(args, fmt)
+    matched = readers.resolve_input(args.input, args.format)
+    check_fractions(args, matched.format)
     config = readers.read_config_from_args(
-        args, format=fmt, label_field=args.label_field or None,
+        args, format=matched.format, label_field=args.label_field or None,
         split_field=args.split_field, group_field=args.group_field or None)
     params = transform.TransformParams(
         vocab_size=args.vocab_size, min_frequency=args.min_frequency,
@@ -68,7 +72,7 @@ def settings_from_args(args) -> Settings:
         keep_punctuation=not args.drop_punctuation)
   except ValueError as error:  # ReaderError is one
     raise cli.JobError(str(error)) from error
-  return Settings(pattern, config, params,
+  return Settings(matched, config, params,
                   None if args.split_field else args.test_fraction,
                   args.validation_fraction, args.max_rejected_fraction,
                   args.group_pattern)
@@ -78,7 +82,7 @@ def preflight(settings: Settings) -> List[Dict]:
   """Before any worker starts: a JobError when none of the input's first
   records would be accepted; else those that would be."""
   return rejections.preflight(
-      settings.pattern, settings.read_config,
+      settings.input, settings.read_config,
       lambda record: settings.routing.route(record)[1])
 
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tensorflow_transform import analyzers as tft_analyzers
 
-from pipeline import outputs
+from pipeline import filesystems
 from pipeline import records
 from pipeline.preprocessing import splits
 from pipeline.preprocessing.settings import Settings
@@ -96,8 +96,8 @@ def summarize(tally: records.Tally, staging: str, max_len: int,
 def write_sidecars(staging: str, stats: Dict, settings: Settings,
                    input_arg: str) -> None:
   """stats.json and the parameters the trainer and the scorer read."""
-  outputs.write_json(posixpath.join(staging, transformed.STATS_FILE), stats)
-  outputs.write_json(posixpath.join(staging, transformed.PARAMS_FILE), {
+  filesystems.write_json(posixpath.join(staging, transformed.STATS_FILE), stats)
+  filesystems.write_json(posixpath.join(staging, transformed.PARAMS_FILE), {
       'transform': dataclasses.asdict(settings.params),
       'input': input_arg,
       'read_config': dataclasses.asdict(settings.read_config),

@@ -28,6 +28,7 @@ from pipeline.readers import ranges
 from pipeline.readers import read_ahead
 from pipeline.readers import sources
 from pipeline.readers.config import FORMATS
+from pipeline.readers.config import Input
 from pipeline.readers.config import ReadConfig
 from pipeline.readers.config import ReaderError
 from pipeline.readers.config import add_reader_arguments
@@ -41,7 +42,7 @@ from pipeline.readers.sampling import sample
 from pipeline.readers.sampling import sample_covers
 
 # read_document is for bench/train.py, which reads corpora without Beam.
-__all__ = ('FORMATS', 'ReadConfig', 'ReaderError', 'ReadRecords',
+__all__ = ('FORMATS', 'Input', 'ReadConfig', 'ReaderError', 'ReadRecords',
            'add_reader_arguments', 'format_of', 'is_compressed',
            'matched_files', 'read_config_from_args', 'read_document',
            'resolve_input', 'sample', 'sample_covers')

@@ -5,7 +5,7 @@ import csv
 import dataclasses
 import os
 import posixpath
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
@@ -233,8 +233,24 @@ def _format_of_files(paths) -> str:
   return next(iter(formats))
 
 
-def resolve_input(pattern: str, fmt: str) -> Tuple[str, str]:
-  """The file pattern and format to read; a folder means every file below it.
+@dataclasses.dataclass(frozen=True)
+class Input:
+  """An input as the launcher matched it, once: the pattern to read, its
+  format, and everything the pattern matched (``matching.entries``), which
+  every check before the pipeline looks at."""
+  pattern: str
+  format: str
+  entries: Tuple[matching.Entry, ...]
+
+  @property
+  def files(self) -> List[str]:
+    """The regular files it matched, sorted."""
+    return [entry.path for entry in self.entries if entry.problem is None]
+
+
+def resolve_input(pattern: str, fmt: str) -> Input:
+  """The file pattern and format to read, and what it matched; a folder
+  means every file below it.
 
   Raises ReaderError when the format is unknown or no regular file matches,
   so that the job can stop with one clear line before it starts a pipeline.
@@ -256,4 +272,4 @@ def resolve_input(pattern: str, fmt: str) -> Tuple[str, str]:
     raise ReaderError(f'no input file matches {pattern}{others}')
   if fmt == 'auto':
     fmt = _format_of_files(paths)
-  return pattern, fmt
+  return Input(pattern, fmt, tuple(matched))

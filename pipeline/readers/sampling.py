@@ -15,14 +15,14 @@ from pipeline.readers import sources
 _SAMPLE_FILES = 20
 
 
-def sample(pattern: str, config: config_lib.ReadConfig,
+def sample(matched: config_lib.Input, config: config_lib.ReadConfig,
            count: int) -> List[Dict]:
-  """Up to ``count`` raw records from the first regular files ``pattern``
-  matches (in sorted order), parsed and checked as the jobs' readers do;
+  """Up to ``count`` raw records from the first regular files the input
+  matched (in sorted order), parsed and checked as the jobs' readers do;
   each one read from a row of named fields lists them (raw.FIELDS)."""
   config = dataclasses.replace(config, list_fields=True)
   found = []
-  regular = [entry for entry in matching.entries(pattern) if not entry.problem]
+  regular = [entry for entry in matched.entries if not entry.problem]
   for entry in regular[:_SAMPLE_FILES]:
     found.extend(itertools.islice(_records(entry, config), count - len(found)))
     if len(found) >= count:
@@ -30,10 +30,10 @@ def sample(pattern: str, config: config_lib.ReadConfig,
   return found
 
 
-def sample_covers(pattern: str) -> bool:
-  """Whether ``sample`` reads every file of ``pattern`` when it finds too
+def sample_covers(matched: config_lib.Input) -> bool:
+  """Whether ``sample`` reads every file of the input when it finds too
   few records: an empty sample then means an empty input."""
-  return len(matching.files(pattern)) <= _SAMPLE_FILES
+  return len(matched.files) <= _SAMPLE_FILES
 
 
 def _records(entry: matching.Entry, config: config_lib.ReadConfig):

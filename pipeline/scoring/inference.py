@@ -169,13 +169,17 @@ class RawTextModelHandler(base.ModelHandler[Sequence[Dict],
   its ``Answers``."""
 
   def __init__(self, export_dir: str, threads: int = 0,
-               max_isolated: int = MAX_ISOLATED):
+               max_isolated: int = MAX_ISOLATED,
+               metadata: Optional[exports.ExportMetadata] = None):
     # XLA_FLAGS as Beam sets environment variables for a model: in the
     # worker, before the model loads; a user's own XLA_FLAGS win.
     env_vars = ({} if 'XLA_FLAGS' in os.environ else
                 {'XLA_FLAGS': length_groups.XLA_FLAGS})
     super().__init__(env_vars=env_vars)
     self._export_dir = export_dir
+    # What the launcher read of the export: a worker does not read it
+    # again.
+    self._metadata = metadata
     self._threads = threads
     self._max_isolated = max_isolated
 
@@ -193,7 +197,8 @@ class RawTextModelHandler(base.ModelHandler[Sequence[Dict],
     return True
 
   def load_model(self) -> length_groups.SmallCalls:
-    model, _ = length_groups.load(self._export_dir, self._threads)
+    model, _ = length_groups.load(self._export_dir, self._threads,
+                                  self._metadata)
     return model
 
   def update_model_path(self, model_path: Optional[str] = None):
@@ -201,6 +206,7 @@ class RawTextModelHandler(base.ModelHandler[Sequence[Dict],
     ``model_metadata_pcoll``): its newest complete version is loaded."""
     if model_path:
       self._export_dir = exports.resolve(model_path)
+      self._metadata = None
 
   def run_inference(self, batch: Sequence[Dict], model,
                     inference_args=None) -> Iterable[base.PredictionResult]:

@@ -24,7 +24,7 @@ _CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError,
                       OverflowError)
 
 
-def schema(pattern: str, config: readers.ReadConfig,
+def schema(matched: readers.Input, config: readers.ReadConfig,
            sampled: int = _TYPE_SAMPLE_RECORDS) -> pa.Schema:
   """The Arrow types of ``config.keep_fields``, decided before the job runs.
 
@@ -40,24 +40,23 @@ def schema(pattern: str, config: readers.ReadConfig,
   if config.format in _FIELDLESS_FORMATS:
     raise readers.ReaderError(f'--keep_fields needs named fields; '
                               f'{config.format} input has none')
-  paths = readers.matched_files(pattern)
   if config.format == 'parquet':
-    return _declared_schema(paths, config)
+    return _declared_schema(matched.files, config)
   sample = [record[raw.KEPT] for record in readers.sample(
-      pattern, config, sampled) if raw.KEPT in record]
+      matched, config, sampled) if raw.KEPT in record]
   fields = []
   for name in config.keep_fields:
     values = [row[name] for row in sample if row[name] is not None]
     if not values:
       raise readers.ReaderError(
           f'--keep_fields: no value of {name!r} in the first '
-          f'{sampled} records of {pattern} to tell its type from')
+          f'{sampled} records of {matched.pattern} to tell its type from')
     arrow_type = _inferred_type(values)
     if arrow_type is None:
       raise readers.ReaderError(
           f'--keep_fields: no value of {name!r} in the first '
-          f'{sampled} records of {pattern} has a type that Parquet can '
-          f'hold (such as {values[0]!r:.200})')
+          f'{sampled} records of {matched.pattern} has a type that Parquet '
+          f'can hold (such as {values[0]!r:.200})')
     fields.append(pa.field(name, arrow_type))
   return pa.schema(fields)
 

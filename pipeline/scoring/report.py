@@ -64,7 +64,7 @@ def partition_drift(settings: Settings, tally: records.Tally) -> Dict:
   current = drift.distribution(
       settings.label_names, tally.labels.get(rows.SCORED, {}),
       tally.bins.get(rows.CONFIDENCE, {}), settings.confidence_edges)
-  return drift.compare(current, settings.metadata.get(drift.REFERENCE))
+  return drift.compare(current, settings.metadata.reference)
 
 
 def write_drift_report(staging: str, drift_section: Dict) -> None:
@@ -102,7 +102,7 @@ def manifest(args, settings: Settings, tally: records.Tally, result,
   return {
       'input': args.input,
       'model_dir': settings.export_dir,
-      'model_version': settings.metadata['version'],
+      'model_version': settings.metadata.version,
       'label_names': settings.label_names,
       'partition': args.partition,
       'counts': {

@@ -2,9 +2,7 @@
 around the output of another.
 
 A folder is a job's output when it holds, at its top, every name of one of
-that job's entries in ``MARKERS``: names no other job writes there. Each job
-refuses an output folder that is another job's, holds one, or sits inside
-one, and the trainer a model folder that holds anything it does not write.
+that job's entries in ``MARKERS``: names no other job writes there.
 """
 import os
 import posixpath
@@ -63,6 +61,12 @@ def resolved(path: str) -> str:
   return os.path.realpath(path)
 
 
+def absolute(path: str) -> str:
+  """A local path made absolute (its links kept); another file system's
+  as it is."""
+  return path if '://' in path else os.path.abspath(path)
+
+
 def ancestors(path: str) -> Iterator[str]:
   """The folders above ``path``, nearest first, up to the root of its file
   system (``/``, or ``gs://bucket``)."""
@@ -81,9 +85,7 @@ def enclosing_output(path: str, exists: Callable[[str], bool]
   """(folder, whose output) of the nearest folder above ``path`` (a local
   one made absolute) that is a job's output, given ``exists`` of a path;
   None if none is."""
-  if '://' not in path:
-    path = os.path.abspath(path)
-  for folder in ancestors(path):
+  for folder in ancestors(absolute(path)):
     jobs = owners(lambda name, folder=folder: exists(posixpath.join(folder,
                                                                    name)))
     if jobs:
