@@ -1,5 +1,8 @@
-"""Shared fixtures and helpers: the dataset cache, fetched corpora, a job
-runner, JSONL input and dead-letter output."""
+"""What several test files share: the dataset cache, fetched corpora, a job
+runner, JSONL input and dead-letter output, small training and
+preprocessing runs, and the fault doubles (a poisoned model, a fake
+export). A test file imports them from here, never from another test
+file."""
 import contextlib
 import fcntl
 import glob
@@ -12,16 +15,22 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import cli
 from cli import lifetime
 from pipeline import jobs
+from pipeline.scoring import inference
+from schemas import raw
 from schemas import rejected
+from schemas import serving
+from schemas import transformed
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 _SHARED_DATASETS = REPO.parent / 'shared' / 'datasets'
@@ -81,6 +90,24 @@ def run_module(module, *args, timeout=600):
   return subprocess.run([sys.executable, '-m', module, *map(str, args)],
                         capture_output=True, text=True, timeout=timeout,
                         cwd=REPO)
+
+
+def start_scoring(args):
+  """Starts ``python -m pipeline.score args``; its stderr is piped."""
+  return subprocess.Popen([sys.executable, '-m', 'pipeline.score', *args],
+                          cwd=REPO, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, process=None, seconds=300):
+  """Polls ``condition`` until it holds; fails if ``process`` (its stderr
+  piped) ends first, with the end of its stderr, or after ``seconds``."""
+  deadline = time.monotonic() + seconds
+  while not condition():
+    if process is not None:
+      assert process.poll() is None, process.communicate()[1][-3000:]
+    assert time.monotonic() < deadline, 'timed out'
+    time.sleep(0.1)
 
 
 def main_in_process(monkeypatch, capsys, run, *args):
@@ -228,6 +255,36 @@ def synthetic_preprocessed(tmp_path_factory):
                     _preprocess_reviews) / 'preprocessed'
 
 
+def preprocess_rows(folder, rows, *flags):
+  """A preprocessing output of ``rows`` (max_len 16), split by their split
+  field; returns its folder."""
+  from pipeline import preprocess
+  write_jsonl(folder / 'rows.jsonl', rows)
+  data_dir = folder / 'preprocessed'
+  preprocess.run([f'--input={folder}/rows.jsonl', f'--output_dir={data_dir}',
+                  '--split_field=split', '--max_len=16', *flags])
+  return data_dir
+
+
+def read_examples(output_dir, split):
+  """The transformed examples of one split, parsed with the saved spec."""
+  import tensorflow_transform as tft
+  spec = tft.TFTransformOutput(output_dir).transformed_feature_spec()
+  if split == raw.TRAIN:
+    for name in transformed.HELD_OUT_ONLY:
+      spec.pop(name)
+  files = glob.glob(os.path.join(output_dir,
+                                 transformed.split_file_pattern(split)))
+  dataset = tf.data.TFRecordDataset(files, compression_type='GZIP')
+  return [{k: v.numpy() for k, v in tf.io.parse_single_example(
+      record, spec).items()} for record in dataset]
+
+
+# Flags of a small, fast training run.
+TINY_MODEL = ['--model=transformer', '--batch_size=16', '--embed_dim=8',
+              '--ff_dim=8', '--epochs=2', '--folds=0']
+
+
 # The trained fixture's training flags: choices made on validation
 # (tests/test_selection.py trains with cross-validation).
 TRAIN_FLAGS = ('--epochs=4', '--batch_size=16', '--embed_dim=16',
@@ -269,3 +326,56 @@ class Poisoned:
     if any(self._poison in text for text in texts):
       raise ValueError('poisoned batch')
     return self._model(texts)
+
+
+POISON = 'poison-pill'
+
+
+class PoisonedHandler(inference.RawTextModelHandler):
+  """The real model, made to raise on any call that holds a document with
+  ``poison`` in its text: a document the model cannot take. Put in place
+  of ``inference.RawTextModelHandler``, it is the scoring job's. The model
+  it loaded last is ``loaded``, for its calls (the tests' pipelines run in
+  this process)."""
+  poison = POISON
+  loaded = None
+
+  def load_model(self):
+    model = Poisoned(super().load_model(), self.poison)
+    type(self).loaded = model
+    return model
+
+
+class BrokenHandler(PoisonedHandler):
+  """A model that raises on every call: every text holds ''."""
+  poison = ''
+
+
+class ConstantClassifier(tf.Module):
+  """The export's serving signature, answering ``label`` (the second class)
+  at 0.75 to any text."""
+
+  def __init__(self, label='pos'):
+    super().__init__()
+    self.label = label
+
+  @tf.function(input_signature=[
+      tf.TensorSpec([None], tf.string, name=serving.TEXT)])
+  def classify(self, text):
+    count = tf.shape(text)[0]
+    return {
+        serving.LABEL: tf.fill([count], self.label),
+        serving.LABEL_ID: tf.fill([count], tf.constant(1, tf.int64)),
+        serving.CONFIDENCE: tf.fill([count], 0.75),
+        serving.PROBABILITIES: tf.tile([[0.25, 0.75]], [count, 1]),
+    }
+
+
+def tiny_export(folder, metadata, label='pos'):
+  """An export folder as the trainer lays it out, without training."""
+  module = ConstantClassifier(label)
+  tf.saved_model.save(module, str(folder),
+                      signatures={serving.SIGNATURE: module.classify})
+  (folder / 'assets.extra').mkdir()
+  (folder / serving.METADATA_FILE).write_text(json.dumps(metadata))
+  return folder

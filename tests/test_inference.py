@@ -17,33 +17,13 @@ from pipeline.scoring import report
 from schemas import raw
 from serving import exports
 from serving import length_groups
-from tests.conftest import Poisoned
+from tests.conftest import BrokenHandler
+from tests.conftest import POISON
+from tests.conftest import PoisonedHandler
 from tests.conftest import REPO
 from tests.conftest import beam_pipeline
 from tests.conftest import synthetic_reviews
 from trainer import predict
-
-POISON = 'poison-pill'
-# The models the handlers below loaded, by kind: the tests read their call
-# counts (the pipelines run in this process).
-LOADED = {}
-
-
-class PoisonedHandler(inference.RawTextModelHandler):
-  """The real model, raising on any call that holds a poisoned text."""
-
-  def load_model(self):
-    LOADED['poisoned'] = Poisoned(super().load_model(), POISON)
-    return LOADED['poisoned']
-
-
-class BrokenHandler(inference.RawTextModelHandler):
-  """A model that raises on every call: every text is poisoned."""
-
-  def load_model(self):
-    LOADED['broken'] = Poisoned(super().load_model(), '')
-    return LOADED['broken']
-
 
 def records(texts):
   return [{raw.ID: str(i), raw.TEXT: text} for i, text in enumerate(texts)]
@@ -115,7 +95,7 @@ def test_a_model_that_fails_on_every_batch_stops_the_pipeline(trained):
       answers(pipeline, BrokenHandler(str(export_dir)), texts, 64)
   # Bisection stops after MAX_ISOLATED + 1 documents failed alone: each
   # costs at most a call a level of the halving (64 documents: 7 levels).
-  assert LOADED['broken'].calls <= (inference.MAX_ISOLATED + 1) * 7
+  assert BrokenHandler.loaded.calls <= (inference.MAX_ISOLATED + 1) * 7
 
 
 class CountingPool(concurrent.futures.ThreadPoolExecutor):

@@ -24,8 +24,8 @@ from tests.conftest import built_once
 from tests.conftest import main_in_process
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
+from tests.conftest import TINY_MODEL
 from tests.conftest import write_jsonl
-from tests.test_trainer import TINY_MODEL
 from trainer import predict
 from trainer import train
 

@@ -11,7 +11,7 @@ import pytest
 import cli
 from schemas import serving
 from tests.conftest import REPO
-from tests.test_trainer import tiny_export
+from tests.conftest import tiny_export
 
 
 @pytest.fixture(scope='module')

@@ -1,7 +1,6 @@
 """The preprocessing job on small data the tests write, and its failure modes."""
 import collections
 import errno
-import glob
 import importlib
 import json
 import os
@@ -12,7 +11,6 @@ from apache_beam.io import filesystem
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 import pytest
-import tensorflow as tf
 import tensorflow_transform as tft
 
 import cli
@@ -27,21 +25,9 @@ from schemas import transformed
 from tests.conftest import beam_pipeline
 from tests.conftest import dead_letters
 from tests.conftest import main_in_process
+from tests.conftest import read_examples
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
-
-
-def read_examples(output_dir, split):
-  """The transformed examples of one split, parsed with the saved spec."""
-  spec = tft.TFTransformOutput(output_dir).transformed_feature_spec()
-  if split == raw.TRAIN:
-    for name in transformed.HELD_OUT_ONLY:
-      spec.pop(name)
-  files = glob.glob(os.path.join(output_dir,
-                                 transformed.split_file_pattern(split)))
-  dataset = tf.data.TFRecordDataset(files, compression_type='GZIP')
-  return [{k: v.numpy() for k, v in tf.io.parse_single_example(
-      record, spec).items()} for record in dataset]
 
 
 def good_rows(count, split):

@@ -40,12 +40,15 @@ from tests.conftest import assert_float32_close
 from tests.conftest import dead_letters
 from tests.conftest import float32_approx
 from tests.conftest import main_in_process
-from tests.conftest import Poisoned
+from tests.conftest import POISON
+from tests.conftest import PoisonedHandler
 from tests.conftest import REPO
 from tests.conftest import run_module
+from tests.conftest import start_scoring
 from tests.conftest import synthetic_reviews
+from tests.conftest import tiny_export
+from tests.conftest import wait_for
 from tests.conftest import write_jsonl
-from tests.test_trainer import tiny_export
 from serving import exports
 from trainer import predict
 
@@ -371,17 +374,6 @@ def test_an_export_without_the_token_id_signatures_is_served_as_it_is(
   model, _ = length_groups.load(str(folder))
   assert isinstance(model, length_groups.SignatureModel)
   assert model([b'any'] * 40)[serving.LABEL].tolist() == [b'pos'] * 40
-
-
-POISON = 'poison-pill'
-
-
-class PoisonedHandler(inference.RawTextModelHandler):
-  """The real model, made to raise on any batch that holds a document with
-  the poison in its text: a document the model cannot take."""
-
-  def load_model(self):
-    return Poisoned(super().load_model(), POISON)
 
 
 def test_a_failing_batch_is_bisected_to_the_failing_document(
@@ -712,21 +704,6 @@ def test_a_file_where_the_output_folder_goes_is_never_replaced(trained,
       score.run(score_args(corpus, model_dir, output, *extra))
   assert report.read_text() == 'a user file'
   assert (tmp_path / 'scores' / 'dt=1').read_text() == 'another'
-
-
-def start_scoring(args):
-  return subprocess.Popen([sys.executable, '-m', 'pipeline.score', *args],
-                          cwd=REPO, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(condition, process, seconds=180):
-  """Polls ``condition`` until it holds, while ``process`` runs."""
-  deadline = time.time() + seconds
-  while not condition():
-    assert process.poll() is None, process.stderr.read()
-    assert time.time() < deadline, 'timed out'
-    time.sleep(0.05)
 
 
 def test_sigterm_removes_the_staging_folder(trained, tmp_path):

@@ -27,7 +27,10 @@ from tests.conftest import assert_float32_close
 from tests.conftest import float32_approx
 from tests.conftest import REPO
 from tests.conftest import run_module
+from tests.conftest import preprocess_rows
 from tests.conftest import synthetic_reviews
+from tests.conftest import tiny_export
+from tests.conftest import TINY_MODEL
 from tests.conftest import TRAIN_FLAGS
 from tests.conftest import write_jsonl
 from trainer import data as data_lib
@@ -40,20 +43,6 @@ from trainer import ngram_fit
 from trainer import selection
 from trainer import settings as settings_lib
 from trainer import train
-
-# Flags of a small, fast training run.
-TINY_MODEL = ['--model=transformer', '--batch_size=16', '--embed_dim=8',
-              '--ff_dim=8', '--epochs=2', '--folds=0']
-
-
-def preprocess_rows(folder, rows, *flags):
-  """A preprocessing output of ``rows``, split by their split field."""
-  write_jsonl(folder / 'rows.jsonl', rows)
-  data_dir = folder / 'preprocessed'
-  preprocess.run([f'--input={folder}/rows.jsonl', f'--output_dir={data_dir}',
-                  '--split_field=split', '--max_len=16', *flags])
-  return data_dir
-
 
 def test_short_training_beats_chance_clearly(trained):
   model_dir, _, metrics = trained
@@ -242,36 +231,6 @@ def test_untrainable_data_is_a_job_error_before_training(
     train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
                *TINY_MODEL])
   assert not (tmp_path / 'model').exists()
-
-
-class ConstantClassifier(tf.Module):
-  """The export's serving signature, answering ``label`` (the second class)
-  at 0.75 to any text."""
-
-  def __init__(self, label='pos'):
-    super().__init__()
-    self.label = label
-
-  @tf.function(input_signature=[
-      tf.TensorSpec([None], tf.string, name=serving.TEXT)])
-  def classify(self, text):
-    count = tf.shape(text)[0]
-    return {
-        serving.LABEL: tf.fill([count], self.label),
-        serving.LABEL_ID: tf.fill([count], tf.constant(1, tf.int64)),
-        serving.CONFIDENCE: tf.fill([count], 0.75),
-        serving.PROBABILITIES: tf.tile([[0.25, 0.75]], [count, 1]),
-    }
-
-
-def tiny_export(folder, metadata, label='pos'):
-  """An export folder as the trainer lays it out, without training."""
-  module = ConstantClassifier(label)
-  tf.saved_model.save(module, str(folder),
-                      signatures={serving.SIGNATURE: module.classify})
-  (folder / 'assets.extra').mkdir()
-  (folder / serving.METADATA_FILE).write_text(json.dumps(metadata))
-  return folder
 
 
 def fake_version(model_dir, version, saved_model=True, metadata=True):

@@ -23,10 +23,11 @@ from schemas import transformed
 from serving import exports
 from tests.conftest import REPO
 from tests.conftest import main_in_process
+from tests.conftest import preprocess_rows
 from tests.conftest import run_module
-from tests.test_fail_loud import tree
-from tests.test_trainer import TINY_MODEL
-from tests.test_trainer import preprocess_rows
+from tests.conftest import TINY_MODEL
+from tests.conftest import tree
+from tests.conftest import wait_for
 from trainer import data as data_lib
 from trainer import evaluate
 from trainer import fitting
@@ -196,15 +197,6 @@ def test_a_failed_evaluation_publishes_nothing_and_the_next_run_all(
   assert not leftovers(model_dir)
   assert not (model_dir / 'ngram_logits').exists()
   assert (model_dir / runs.LOGS_DIR / metadata['training']['run_id']).is_dir()
-
-
-def wait_for(condition, process, seconds=300):
-  """Polls ``condition`` until it holds; fails if ``process`` ends first."""
-  deadline = time.time() + seconds
-  while not condition():
-    assert process.poll() is None, process.communicate()[1][-3000:]
-    assert time.time() < deadline, 'timed out'
-    time.sleep(0.1)
 
 
 def test_a_trainer_killed_before_publishing_leaves_no_visible_version(
