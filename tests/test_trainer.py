@@ -27,7 +27,6 @@ from tests.conftest import assert_float32_close
 from tests.conftest import float32_approx
 from tests.conftest import REPO
 from tests.conftest import run_module
-from tests.conftest import preprocess_rows
 from tests.conftest import synthetic_reviews
 from tests.conftest import tiny_export
 from tests.conftest import TINY_MODEL
@@ -186,13 +185,6 @@ def test_the_shuffle_buffer_is_bounded_by_the_budget():
   assert data_lib.shuffle_buffer(split_of(500, 100), raw.TRAIN, 0) == 500
 
 
-def test_trainer_job_error_on_a_missing_data_dir(tmp_path):
-  result = run_module('trainer.train', f'--data_dir={tmp_path}/missing',
-                      f'--model_dir={tmp_path}/model')
-  assert result.returncode == 2
-  assert 'is not a preprocessing output' in result.stderr.strip().splitlines()[-1]
-
-
 def test_nan_loss_is_a_job_error_and_nothing_is_exported(preprocessed,
                                                          tmp_path):
   with pytest.raises(cli.JobError, match='nan'):
@@ -200,37 +192,6 @@ def test_nan_loss_is_a_job_error_and_nothing_is_exported(preprocessed,
     train.run([f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model',
                '--learning_rate=1e30', *TINY_MODEL])
   assert not (tmp_path / 'model' / serving.EXPORT_DIR).exists()
-
-
-def test_a_corpus_without_a_shared_ngram_fails_the_default_model(tmp_path):
-  # Every document's words are its own: the search on validation finds no
-  # n-gram in two training documents, and says what would train.
-  rows = [{'id': str(i), 'text': f'w{i} x{i}', 'label': 'ab'[i % 2],
-           'split': 'train' if i < 40 else ('validation' if i < 50 else 'test')}
-          for i in range(60)]
-  preprocessed = preprocess_rows(tmp_path, rows)
-  with pytest.raises(cli.JobError, match=(
-      'no n-gram is in 2 training documents: try --model=transformer or '
-      '--ngram_min_count=1')):
-    train.run([f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model'])
-  assert not (tmp_path / 'model' / serving.EXPORT_DIR).exists()
-
-
-@pytest.mark.parametrize('make_rows, validation_fraction, message', [
-    (lambda: [row for row in synthetic_reviews(20, 0) + synthetic_reviews(
-        8, 1) if row['label'] == 'pos'], 0.5, 'at least two classes'),
-    (lambda: synthetic_reviews(20, 0), 0.5, 'the test split is empty'),
-    (lambda: synthetic_reviews(20, 0) + synthetic_reviews(8, 1), 0,
-     'the validation split is empty'),
-])
-def test_untrainable_data_is_a_job_error_before_training(
-    tmp_path, make_rows, validation_fraction, message):
-  data_dir = preprocess_rows(tmp_path, make_rows(),
-                             f'--validation_fraction={validation_fraction}')
-  with pytest.raises(cli.JobError, match=message):
-    train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
-               *TINY_MODEL])
-  assert not (tmp_path / 'model').exists()
 
 
 def fake_version(model_dir, version, saved_model=True, metadata=True):

@@ -1,5 +1,5 @@
-"""The trainer's faults: bad flags and incomplete preprocessing outputs
-refused before any work, an export published only once evaluated, a run
+"""The trainer's faults: bad flags, a missing or incomplete preprocessing
+output and data it cannot train on refused before any work, an export published only once evaluated, a run
 that fails or is killed leaving the previous one as it was, one trainer at
 a time in a model folder, and a model no better than the majority class."""
 import json
@@ -25,6 +25,7 @@ from tests.conftest import REPO
 from tests.conftest import main_in_process
 from tests.conftest import preprocess_rows
 from tests.conftest import run_module
+from tests.conftest import synthetic_reviews
 from tests.conftest import TINY_MODEL
 from tests.conftest import tree
 from tests.conftest import wait_for
@@ -149,6 +150,44 @@ def test_an_incomplete_preprocessing_output_is_a_job_error_naming_the_gap(
   assert line.startswith(f'error: {data_dir} is not a complete preprocessing '
                          'output: ')
   assert message in line
+  assert not (tmp_path / 'model').exists()
+
+
+def test_trainer_job_error_on_a_missing_data_dir(tmp_path):
+  result = run_module('trainer.train', f'--data_dir={tmp_path}/missing',
+                      f'--model_dir={tmp_path}/model')
+  assert result.returncode == 2
+  assert 'is not a preprocessing output' in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_corpus_without_a_shared_ngram_fails_the_default_model(tmp_path):
+  # Every document's words are its own: the search on validation finds no
+  # n-gram in two training documents, and says what would train.
+  rows = [{'id': str(i), 'text': f'w{i} x{i}', 'label': 'ab'[i % 2],
+           'split': 'train' if i < 40 else ('validation' if i < 50 else 'test')}
+          for i in range(60)]
+  preprocessed = preprocess_rows(tmp_path, rows)
+  with pytest.raises(cli.JobError, match=(
+      'no n-gram is in 2 training documents: try --model=transformer or '
+      '--ngram_min_count=1')):
+    train.run([f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model'])
+  assert not (tmp_path / 'model' / serving.EXPORT_DIR).exists()
+
+
+@pytest.mark.parametrize('make_rows, validation_fraction, message', [
+    (lambda: [row for row in synthetic_reviews(20, 0) + synthetic_reviews(
+        8, 1) if row['label'] == 'pos'], 0.5, 'at least two classes'),
+    (lambda: synthetic_reviews(20, 0), 0.5, 'the test split is empty'),
+    (lambda: synthetic_reviews(20, 0) + synthetic_reviews(8, 1), 0,
+     'the validation split is empty'),
+])
+def test_untrainable_data_is_a_job_error_before_training(
+    tmp_path, make_rows, validation_fraction, message):
+  data_dir = preprocess_rows(tmp_path, make_rows(),
+                             f'--validation_fraction={validation_fraction}')
+  with pytest.raises(cli.JobError, match=message):
+    train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
+               *TINY_MODEL])
   assert not (tmp_path / 'model').exists()
 
 
