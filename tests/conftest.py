@@ -1,8 +1,8 @@
 """What several test files share: the dataset cache, fetched corpora, a job
 runner, JSONL input and dead-letter output, small training and
-preprocessing runs, and the fault doubles (a poisoned model, a fake
-export). A test file imports them from here, never from another test
-file."""
+preprocessing runs, the scoring job's flags and output, and the fault
+doubles (a poisoned model, a fake export). A test file imports them from
+here, never from another test file."""
 import contextlib
 import fcntl
 import glob
@@ -20,6 +20,8 @@ import time
 import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
@@ -217,6 +219,36 @@ def synthetic_reviews(count, seed):
     rows.append({'id': f'{seed}-{i}', 'text': ' '.join(words),
                  'label': label, 'split': 'train' if seed == 0 else 'test'})
   return rows
+
+
+# The scoring tests' --max_text_bytes.
+MAX_TEXT_BYTES = 2000
+
+
+def corpus_rows(count, seed):
+  """Unlabelled reviews to score, each with a ``stars`` field to keep."""
+  rows = synthetic_reviews(count, seed)
+  for index, row in enumerate(rows):
+    row['stars'] = index % 5
+    del row['label']
+  return rows
+
+
+def score_args(corpus, model_dir, output_dir, *extra):
+  """The job's flags; ``extra`` may set its own --batch_size (a flag is
+  given once)."""
+  batch = [] if any(flag.startswith('--batch_size') for flag in extra) else [
+      '--batch_size=32']
+  return [f'--input={corpus}', f'--model_dir={model_dir}',
+          f'--output_dir={output_dir}', f'--max_text_bytes={MAX_TEXT_BYTES}',
+          *batch, *extra]
+
+
+def read_partition(folder):
+  """A scoring output folder's Parquet files as one table, and their names."""
+  files = sorted(f for f in os.listdir(folder) if f.endswith('.parquet'))
+  return pa.concat_tables([pq.read_table(os.path.join(folder, f))
+                           for f in files]), files
 
 
 def built_once(tmp_path_factory, name, build):
