@@ -287,6 +287,37 @@ def synthetic_preprocessed(tmp_path_factory):
                     _preprocess_reviews) / 'preprocessed'
 
 
+# What Keras warned in every training run while it had to find the end of
+# an epoch by running out of data, and was offered to shuffle a dataset.
+KERAS_INPUT_WARNINGS = ('Your input ran out of data',
+                        '`shuffle=True` was passed')
+
+
+def keras_input_warnings(recorded):
+  """The warnings of ``recorded`` (pytest's recwarn) that Keras gives about
+  its input."""
+  return [str(warning.message) for warning in recorded
+          if str(warning.message).startswith(KERAS_INPUT_WARNINGS)]
+
+
+def _preprocess_padded_reviews(folder):
+  from pipeline import preprocess
+  write_jsonl(folder / 'reviews.jsonl',
+              synthetic_reviews(200, 0) + synthetic_reviews(100, 1))
+  preprocess.run([f'--input={folder}/reviews.jsonl',
+                  f'--output_dir={folder}/out', '--split_field=split',
+                  '--max_len=40'])
+
+
+@pytest.fixture(scope='session')
+def preprocessed(tmp_path_factory):
+  """Synthetic reviews of 10 to 32 words through the preprocessing job,
+  padded to 40 tokens, made once per session; a test that trains on it
+  must leave it as it is."""
+  return built_once(tmp_path_factory, 'padded',
+                    _preprocess_padded_reviews) / 'out'
+
+
 def preprocess_rows(folder, rows, *flags):
   """A preprocessing output of ``rows`` (max_len 16), split by their split
   field; returns its folder."""
