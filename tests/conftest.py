@@ -18,6 +18,7 @@ import tempfile
 import time
 
 import apache_beam as beam
+from apache_beam.io import source_test_utils
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,8 @@ import tensorflow as tf
 import cli
 from cli import lifetime
 from pipeline import jobs
+from pipeline import readers
+from pipeline.readers import read_ahead
 from pipeline.scoring import inference
 from schemas import raw
 from schemas import rejected
@@ -198,6 +201,50 @@ def run_and_collect(build):
       with open(os.path.join(folder, name), encoding='utf-8') as handle:
         lines.extend(handle)
   return [json.loads(line) for line in lines]
+
+
+def read(pattern, fmt='auto', chunked=False, **config):
+  """Every record a pattern yields to our readers, sorted by id, read through a real Beam pipeline
+  (``chunked``: in chunks, each at most ``read_ahead.CHUNK_RECORDS``)."""
+  matched = readers.resolve_input(str(pattern), fmt)
+  transform = readers.ReadRecords(
+      matched.pattern, readers.ReadConfig(format=matched.format, **config),
+      chunked=chunked)
+  read_records = run_and_collect(lambda p: p | transform)
+  if chunked:
+    assert all(isinstance(chunk, list) and
+               len(chunk) <= read_ahead.CHUNK_RECORDS
+               for chunk in read_records)
+    read_records = [record for chunk in read_records for record in chunk]
+  return sorted(read_records, key=lambda r: r[raw.ID])
+
+
+def assert_splits_read_as_whole(source, bundle_bytes, more_than=0):
+  """Read in splits of about ``bundle_bytes``, ``source`` yields what it
+  yields whole: every record once."""
+  splits = [(s.source, s.start_position, s.stop_position)
+            for s in source.split(desired_bundle_size=bundle_bytes)]
+  assert len(splits) > more_than
+  source_test_utils.assert_sources_equal_reference_source(
+      (source, None, None), splits)
+
+
+def summary(records):
+  """(id, text or reason, label) per record, for compact assertions."""
+  return [(r[raw.ID], r.get(raw.REASON) or r[raw.TEXT], r.get(raw.LABEL))
+          for r in records]
+
+
+def assert_writable(records):
+  """Every record can be written as the dead-letter writer writes it."""
+  for record in records:
+    json.dumps(record, ensure_ascii=False).encode('utf-8')
+
+
+def letters(records):
+  """The records a reader rejected, as (id, reason), sorted."""
+  return sorted((r[raw.ID], r[raw.REASON]) for r in records
+                if r.get(raw.REASON))
 
 
 POSITIVE = ['great', 'superb', 'wonderful', 'moving', 'brilliant', 'loved']
