@@ -40,7 +40,8 @@ CACHE = pathlib.Path(os.environ.get('RUNNER_CACHE') or (
 # Maven Central as this project reaches it serves no Beam job server jar and
 # no Beam runner newer than 2.70 with all its dependencies; 2.62.0 is the
 # newest whose Flink and Spark runners resolve whole. Its job servers run
-# the 2.77 SDK's pipelines (tests/test_clusters.py).
+# the 2.77 SDK's pipelines (tests/test_cluster_flink.py,
+# tests/test_cluster_spark.py).
 JOB_SERVERS = {
     'flink': ('org/apache/beam/beam-runners-flink-1.19/2.62.0/'
               'beam-runners-flink-1.19-2.62.0.jar',

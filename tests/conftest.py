@@ -1,5 +1,8 @@
-"""Shared fixtures and helpers: the dataset cache, fetched corpora, a job
-runner, JSONL input and dead-letter output."""
+"""What several test files share: the dataset cache, fetched corpora, a job
+runner, JSONL input and dead-letter output, small training and
+preprocessing runs, the scoring job's flags and output, and the fault
+doubles (a poisoned model, a fake export). A test file imports them from
+here, never from another test file."""
 import contextlib
 import fcntl
 import glob
@@ -12,16 +15,27 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import apache_beam as beam
+from apache_beam.io import source_test_utils
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import tensorflow as tf
 
 import cli
 from cli import lifetime
 from pipeline import jobs
+from pipeline import readers
+from pipeline.readers import read_ahead
+from pipeline.scoring import inference
+from schemas import raw
 from schemas import rejected
+from schemas import serving
+from schemas import transformed
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 _SHARED_DATASETS = REPO.parent / 'shared' / 'datasets'
@@ -81,6 +95,24 @@ def run_module(module, *args, timeout=600):
   return subprocess.run([sys.executable, '-m', module, *map(str, args)],
                         capture_output=True, text=True, timeout=timeout,
                         cwd=REPO)
+
+
+def start_scoring(args):
+  """Starts ``python -m pipeline.score args``; its stderr is piped."""
+  return subprocess.Popen([sys.executable, '-m', 'pipeline.score', *args],
+                          cwd=REPO, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, process=None, seconds=300):
+  """Polls ``condition`` until it holds; fails if ``process`` (its stderr
+  piped) ends first, with the end of its stderr, or after ``seconds``."""
+  deadline = time.monotonic() + seconds
+  while not condition():
+    if process is not None:
+      assert process.poll() is None, process.communicate()[1][-3000:]
+    assert time.monotonic() < deadline, 'timed out'
+    time.sleep(0.1)
 
 
 def main_in_process(monkeypatch, capsys, run, *args):
@@ -171,6 +203,50 @@ def run_and_collect(build):
   return [json.loads(line) for line in lines]
 
 
+def read(pattern, fmt='auto', chunked=False, **config):
+  """Every record a pattern yields to our readers, sorted by id, read through a real Beam pipeline
+  (``chunked``: in chunks, each at most ``read_ahead.CHUNK_RECORDS``)."""
+  matched = readers.resolve_input(str(pattern), fmt)
+  transform = readers.ReadRecords(
+      matched.pattern, readers.ReadConfig(format=matched.format, **config),
+      chunked=chunked)
+  read_records = run_and_collect(lambda p: p | transform)
+  if chunked:
+    assert all(isinstance(chunk, list) and
+               len(chunk) <= read_ahead.CHUNK_RECORDS
+               for chunk in read_records)
+    read_records = [record for chunk in read_records for record in chunk]
+  return sorted(read_records, key=lambda r: r[raw.ID])
+
+
+def assert_splits_read_as_whole(source, bundle_bytes, more_than=0):
+  """Read in splits of about ``bundle_bytes``, ``source`` yields what it
+  yields whole: every record once."""
+  splits = [(s.source, s.start_position, s.stop_position)
+            for s in source.split(desired_bundle_size=bundle_bytes)]
+  assert len(splits) > more_than
+  source_test_utils.assert_sources_equal_reference_source(
+      (source, None, None), splits)
+
+
+def summary(records):
+  """(id, text or reason, label) per record, for compact assertions."""
+  return [(r[raw.ID], r.get(raw.REASON) or r[raw.TEXT], r.get(raw.LABEL))
+          for r in records]
+
+
+def assert_writable(records):
+  """Every record can be written as the dead-letter writer writes it."""
+  for record in records:
+    json.dumps(record, ensure_ascii=False).encode('utf-8')
+
+
+def letters(records):
+  """The records a reader rejected, as (id, reason), sorted."""
+  return sorted((r[raw.ID], r[raw.REASON]) for r in records
+                if r.get(raw.REASON))
+
+
 POSITIVE = ['great', 'superb', 'wonderful', 'moving', 'brilliant', 'loved']
 NEGATIVE = ['awful', 'boring', 'dull', 'terrible', 'waste', 'hated']
 NEUTRAL = ['film', 'plot', 'actor', 'scene', 'the', 'a', 'story', 'music',
@@ -190,6 +266,36 @@ def synthetic_reviews(count, seed):
     rows.append({'id': f'{seed}-{i}', 'text': ' '.join(words),
                  'label': label, 'split': 'train' if seed == 0 else 'test'})
   return rows
+
+
+# The scoring tests' --max_text_bytes.
+MAX_TEXT_BYTES = 2000
+
+
+def corpus_rows(count, seed):
+  """Unlabelled reviews to score, each with a ``stars`` field to keep."""
+  rows = synthetic_reviews(count, seed)
+  for index, row in enumerate(rows):
+    row['stars'] = index % 5
+    del row['label']
+  return rows
+
+
+def score_args(corpus, model_dir, output_dir, *extra):
+  """The job's flags; ``extra`` may set its own --batch_size (a flag is
+  given once)."""
+  batch = [] if any(flag.startswith('--batch_size') for flag in extra) else [
+      '--batch_size=32']
+  return [f'--input={corpus}', f'--model_dir={model_dir}',
+          f'--output_dir={output_dir}', f'--max_text_bytes={MAX_TEXT_BYTES}',
+          *batch, *extra]
+
+
+def read_partition(folder):
+  """A scoring output folder's Parquet files as one table, and their names."""
+  files = sorted(f for f in os.listdir(folder) if f.endswith('.parquet'))
+  return pa.concat_tables([pq.read_table(os.path.join(folder, f))
+                           for f in files]), files
 
 
 def built_once(tmp_path_factory, name, build):
@@ -226,6 +332,67 @@ def synthetic_preprocessed(tmp_path_factory):
   per session; a test that trains on it must leave it as it is."""
   return built_once(tmp_path_factory, 'synthetic',
                     _preprocess_reviews) / 'preprocessed'
+
+
+# What Keras warned in every training run while it had to find the end of
+# an epoch by running out of data, and was offered to shuffle a dataset.
+KERAS_INPUT_WARNINGS = ('Your input ran out of data',
+                        '`shuffle=True` was passed')
+
+
+def keras_input_warnings(recorded):
+  """The warnings of ``recorded`` (pytest's recwarn) that Keras gives about
+  its input."""
+  return [str(warning.message) for warning in recorded
+          if str(warning.message).startswith(KERAS_INPUT_WARNINGS)]
+
+
+def _preprocess_padded_reviews(folder):
+  from pipeline import preprocess
+  write_jsonl(folder / 'reviews.jsonl',
+              synthetic_reviews(200, 0) + synthetic_reviews(100, 1))
+  preprocess.run([f'--input={folder}/reviews.jsonl',
+                  f'--output_dir={folder}/out', '--split_field=split',
+                  '--max_len=40'])
+
+
+@pytest.fixture(scope='session')
+def preprocessed(tmp_path_factory):
+  """Synthetic reviews of 10 to 32 words through the preprocessing job,
+  padded to 40 tokens, made once per session; a test that trains on it
+  must leave it as it is."""
+  return built_once(tmp_path_factory, 'padded',
+                    _preprocess_padded_reviews) / 'out'
+
+
+def preprocess_rows(folder, rows, *flags):
+  """A preprocessing output of ``rows`` (max_len 16), split by their split
+  field; returns its folder."""
+  from pipeline import preprocess
+  write_jsonl(folder / 'rows.jsonl', rows)
+  data_dir = folder / 'preprocessed'
+  preprocess.run([f'--input={folder}/rows.jsonl', f'--output_dir={data_dir}',
+                  '--split_field=split', '--max_len=16', *flags])
+  return data_dir
+
+
+def read_examples(output_dir, split):
+  """The transformed examples of one split, parsed with the saved spec."""
+  import tensorflow_transform as tft
+  spec = tft.TFTransformOutput(output_dir).transformed_feature_spec()
+  if split == raw.TRAIN:
+    for name in transformed.HELD_OUT_ONLY:
+      spec.pop(name)
+  files = glob.glob(os.path.join(output_dir,
+                                 transformed.split_file_pattern(split)))
+  dataset = tf.data.TFRecordDataset(files, compression_type='GZIP')
+  return [{k: v.numpy() for k, v in tf.io.parse_single_example(
+      record, spec).items()} for record in dataset]
+
+
+# Flags of a small, fast training run.
+TINY_MODEL = ['--model=transformer', '--batch_size=16', '--embed_dim=8',
+              '--ff_dim=8', '--epochs=2', '--folds=0']
 
 
 # The trained fixture's training flags: choices made on validation
@@ -269,3 +436,56 @@ class Poisoned:
     if any(self._poison in text for text in texts):
       raise ValueError('poisoned batch')
     return self._model(texts)
+
+
+POISON = 'poison-pill'
+
+
+class PoisonedHandler(inference.RawTextModelHandler):
+  """The real model, made to raise on any call that holds a document with
+  ``poison`` in its text: a document the model cannot take. Put in place
+  of ``inference.RawTextModelHandler``, it is the scoring job's. The model
+  it loaded last is ``loaded``, for its calls (the tests' pipelines run in
+  this process)."""
+  poison = POISON
+  loaded = None
+
+  def load_model(self):
+    model = Poisoned(super().load_model(), self.poison)
+    type(self).loaded = model
+    return model
+
+
+class BrokenHandler(PoisonedHandler):
+  """A model that raises on every call: every text holds ''."""
+  poison = ''
+
+
+class ConstantClassifier(tf.Module):
+  """The export's serving signature, answering ``label`` (the second class)
+  at 0.75 to any text."""
+
+  def __init__(self, label='pos'):
+    super().__init__()
+    self.label = label
+
+  @tf.function(input_signature=[
+      tf.TensorSpec([None], tf.string, name=serving.TEXT)])
+  def classify(self, text):
+    count = tf.shape(text)[0]
+    return {
+        serving.LABEL: tf.fill([count], self.label),
+        serving.LABEL_ID: tf.fill([count], tf.constant(1, tf.int64)),
+        serving.CONFIDENCE: tf.fill([count], 0.75),
+        serving.PROBABILITIES: tf.tile([[0.25, 0.75]], [count, 1]),
+    }
+
+
+def tiny_export(folder, metadata, label='pos'):
+  """An export folder as the trainer lays it out, without training."""
+  module = ConstantClassifier(label)
+  tf.saved_model.save(module, str(folder),
+                      signatures={serving.SIGNATURE: module.classify})
+  (folder / 'assets.extra').mkdir()
+  (folder / serving.METADATA_FILE).write_text(json.dumps(metadata))
+  return folder

@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from typing import Callable, NamedTuple, Optional, Tuple
@@ -33,11 +32,12 @@ from schemas import raw
 from schemas import scored
 from schemas import serving
 from schemas import transformed
-from tests.conftest import REPO
 from tests.conftest import dead_letters
 from tests.conftest import float32_approx
+from tests.conftest import start_scoring
 from tests.conftest import synthetic_reviews
 from tests.conftest import tree
+from tests.conftest import wait_for
 from tests.conftest import write_jsonl
 
 
@@ -218,12 +218,6 @@ def publish_a_partition(trained, output_dir, rows=20):
   return tree(output_dir)
 
 
-def start_scoring(args):
-  return subprocess.Popen([sys.executable, '-m', 'pipeline.score', *args],
-                          cwd=REPO, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-
-
 def a_failing_model_publishes_nothing(flags, trained, tmp_path):
   _, export_dir, _ = trained
   output_dir = tmp_path / 'scores'
@@ -279,16 +273,6 @@ def alive(pid: int) -> bool:
       return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'
   except OSError:
     return False
-
-
-def wait_for(condition, seconds=300, process=None):
-  """Polls ``condition`` until it holds (while ``process`` runs)."""
-  deadline = time.monotonic() + seconds
-  while not condition():
-    if process is not None:
-      assert process.poll() is None, process.stderr.read()[-3000:]
-    assert time.monotonic() < deadline, 'timed out'
-    time.sleep(0.2)
 
 
 def descendants(pid: int):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from serving import drift
+from serving import exports
 
 
 def test_confidence_bins_cover_zero_to_one():
@@ -176,3 +177,14 @@ def test_an_edited_reference_is_no_reference(edit):
   assert drift.reference_problem(found, ['neg', 'pos']) is None
   edit(found)
   assert drift.reference_problem(found, ['neg', 'pos'])
+
+
+def test_export_carries_the_test_split_reference(trained):
+  _, metadata = exports.load(str(trained[0]))
+  reference = metadata.reference
+  assert reference['documents'] == 200  # the test split
+  assert sorted(reference['label_shares']) == ['neg', 'pos']
+  assert sum(reference['label_shares'].values()) == pytest.approx(1.0)
+  histogram = reference['confidence_histogram']
+  assert histogram['edges'] == list(drift.CONFIDENCE_EDGES)
+  assert sum(histogram['shares']) == pytest.approx(1.0)

@@ -14,7 +14,7 @@ from pipeline import readers
 from pipeline import transform
 from schemas import raw
 from tests.conftest import dead_letters
-from tests.test_preprocess import read_examples
+from tests.conftest import read_examples
 
 
 def nearest_rank(values, share):

@@ -16,8 +16,10 @@ from pipeline import score
 from pipeline.scoring import inference
 from schemas import rejected
 from schemas import serving
-from tests.conftest import Poisoned
+from tests.conftest import BrokenHandler
 from tests.conftest import main_in_process
+from tests.conftest import POISON
+from tests.conftest import PoisonedHandler
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
@@ -231,20 +233,6 @@ def test_a_run_over_its_rejection_budget_publishes_nothing(
   assert not os.path.exists(kept)
 
 
-class BrokenHandler(inference.RawTextModelHandler):
-  """The real model, raising on every call."""
-
-  def load_model(self):
-    return Poisoned(super().load_model(), '')
-
-
-class PoisonedHandler(inference.RawTextModelHandler):
-  """The real model, raising on any call with a document of 'poison'."""
-
-  def load_model(self):
-    return Poisoned(super().load_model(), 'poison')
-
-
 def test_a_model_that_fails_on_every_batch_stops_the_job(
     trained, published, tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(inference, 'RawTextModelHandler', BrokenHandler)
@@ -263,7 +251,7 @@ def test_one_poison_document_is_one_dead_letter_of_a_successful_run(
     trained, published, tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(inference, 'RawTextModelHandler', PoisonedHandler)
   rows = synthetic_reviews(60, 26)
-  rows[17]['text'] += ' poison'
+  rows[17]['text'] += f' {POISON}'
   corpus = write_jsonl(tmp_path / 'in.jsonl', rows)
   status, errors = rerun(monkeypatch, capsys, trained, published, corpus,
                          '--batch_size=20')

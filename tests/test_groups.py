@@ -14,8 +14,8 @@ from schemas import raw
 from schemas import transformed
 from tests.conftest import REPO
 from tests.conftest import main_in_process
+from tests.conftest import read_examples
 from tests.conftest import write_jsonl
-from tests.test_preprocess import read_examples
 from trainer import evaluate
 
 GROUPS = 30

@@ -12,38 +12,26 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 import pytest
 
+from pipeline import score
 from pipeline.scoring import inference
 from pipeline.scoring import report
 from schemas import raw
+from schemas import rejected
+from schemas import scored
 from serving import exports
 from serving import length_groups
-from tests.conftest import Poisoned
+from tests.conftest import BrokenHandler
+from tests.conftest import corpus_rows
+from tests.conftest import dead_letters
+from tests.conftest import POISON
+from tests.conftest import PoisonedHandler
+from tests.conftest import read_partition
 from tests.conftest import REPO
 from tests.conftest import beam_pipeline
+from tests.conftest import score_args
 from tests.conftest import synthetic_reviews
+from tests.conftest import write_jsonl
 from trainer import predict
-
-POISON = 'poison-pill'
-# The models the handlers below loaded, by kind: the tests read their call
-# counts (the pipelines run in this process).
-LOADED = {}
-
-
-class PoisonedHandler(inference.RawTextModelHandler):
-  """The real model, raising on any call that holds a poisoned text."""
-
-  def load_model(self):
-    LOADED['poisoned'] = Poisoned(super().load_model(), POISON)
-    return LOADED['poisoned']
-
-
-class BrokenHandler(inference.RawTextModelHandler):
-  """A model that raises on every call: every text is poisoned."""
-
-  def load_model(self):
-    LOADED['broken'] = Poisoned(super().load_model(), '')
-    return LOADED['broken']
-
 
 def records(texts):
   return [{raw.ID: str(i), raw.TEXT: text} for i, text in enumerate(texts)]
@@ -115,7 +103,7 @@ def test_a_model_that_fails_on_every_batch_stops_the_pipeline(trained):
       answers(pipeline, BrokenHandler(str(export_dir)), texts, 64)
   # Bisection stops after MAX_ISOLATED + 1 documents failed alone: each
   # costs at most a call a level of the halving (64 documents: 7 levels).
-  assert LOADED['broken'].calls <= (inference.MAX_ISOLATED + 1) * 7
+  assert BrokenHandler.loaded.calls <= (inference.MAX_ISOLATED + 1) * 7
 
 
 class CountingPool(concurrent.futures.ThreadPoolExecutor):
@@ -178,3 +166,27 @@ def test_workers_run_tensorflows_ops_on_the_models_own_threads(monkeypatch):
   # A user's own setting wins: TensorFlow is left to read it.
   monkeypatch.setenv('TF_NUM_INTRAOP_THREADS', '2')
   assert not length_groups.run_ops_on_callers_threads()
+
+
+def test_a_failing_batch_is_bisected_to_the_failing_document(
+    trained, tmp_path, monkeypatch):
+  model_dir, _, _ = trained
+  rows = corpus_rows(32, 11)
+  rows[13]['text'] += f' {POISON}'
+  corpus = tmp_path / 'corpus.jsonl'
+  write_jsonl(corpus, rows)
+  monkeypatch.setattr(inference, 'RawTextModelHandler', PoisonedHandler)
+  # Four batches of 8, the poisoned one neither first nor last.
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores',
+                                  '--batch_size=8'))
+  assert manifest['counts'] == {
+      'read': 32, 'scored': 31, 'rejected': 1,
+      'rejected_by_reason': {rejected.INFERENCE_FAILED: 1},
+      'duplicate_ids': 0, 'duplicate_rows': 0, 'ids_replaced': 0}
+  assert dead_letters(tmp_path / 'scores') == [{
+      rejected.ID: rows[13]['id'], rejected.SOURCE: str(corpus),
+      rejected.REASON: rejected.INFERENCE_FAILED,
+      rejected.SNIPPET: rows[13]['text']}]
+  table, _ = read_partition(tmp_path / 'scores')
+  assert sorted(table.column(scored.ID).to_pylist()) == sorted(
+      row['id'] for i, row in enumerate(rows) if i != 13)

@@ -1,8 +1,10 @@
 """The packages' import direction: schemas < cli < serving and outputs <
 the two jobs, the jobs independent of each other, and no job using the
-clusters tooling."""
+clusters tooling; where the tests are: each test file named on the
+architecture page, none imported by another."""
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -45,6 +47,40 @@ def test_a_package_imports_only_the_packages_below_it(package):
       for name in imported_packages(path)
       if name in ours and name not in ALLOWED[package])
   assert not wrong
+
+
+def imported_modules(path: pathlib.Path):
+  """Every module a file of ``tests/`` imports, by its full name: a name
+  imported from a package (``from tests import x``) counts as its module,
+  and a relative import is resolved from ``tests``."""
+  for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+    if isinstance(node, ast.Import):
+      yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      package = '.'.join(['tests'] * bool(node.level) + [node.module or ''])
+      yield package.strip('.')
+      yield from (f'{package.strip(".")}.{alias.name}' for alias in node.names)
+
+
+def test_no_test_file_imports_another():
+  """What test files share is in conftest.py (and runner_checks.py for the
+  cluster tests): a test file is run, never imported."""
+  wrong = sorted(
+      f'{path.relative_to(REPO)} imports {name}'
+      for path in (REPO / 'tests').glob('*.py')
+      for name in imported_modules(path)
+      if name.startswith('tests.test_'))
+  assert not wrong
+
+
+def test_the_architecture_page_names_every_test_file():
+  """Its Tests section says where the tests of each module and behaviour
+  are."""
+  page = (REPO / 'docs' / 'architecture.md').read_text(encoding='utf-8')
+  section = page.split('\n## Tests\n', 1)[1].split('\n## ', 1)[0]
+  unnamed = sorted(path.name for path in (REPO / 'tests').glob('test_*.py')
+                   if not re.search(rf'\b{re.escape(path.name)}', section))
+  assert not unnamed
 
 
 def modules_loaded_by(code: str):

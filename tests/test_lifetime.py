@@ -19,7 +19,6 @@ from tests.conftest import REPO
 _COMMAND = """
 import os, subprocess, sys, time
 import cli
-import cli
 from cli import lifetime
 
 def run(argv):

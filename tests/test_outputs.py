@@ -6,6 +6,9 @@ import signal
 import time
 
 from apache_beam.io.filesystems import FileSystems
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import cli
@@ -15,8 +18,15 @@ from outputs import staging
 from outputs import swap
 from outputs import tool_files
 from pipeline import filesystems
+from pipeline import records
+from pipeline import score
+from schemas import scored
 from tests import s3
+from tests.conftest import corpus_rows
+from tests.conftest import read_partition
+from tests.conftest import score_args
 from tests.conftest import tree
+from tests.conftest import write_jsonl
 
 LAYOUT = outputs.Layout(
     contents=('part-*.parquet', '_manifest.json', '_SUCCESS',
@@ -385,3 +395,40 @@ def test_a_location_that_cannot_be_written_is_refused_leaving_nothing(
     with output:
       pass
   assert os.listdir(tmp_path) == []
+
+
+def add_to_staging(monkeypatch, files):
+  """Makes the job find ``files`` (name -> Arrow table) in its staging folder
+  once its pipeline has run, as a runner's leftovers would be."""
+  pop_tally = records.pop_tally
+
+  def add_then_pop(staging):
+    for name, table in files.items():
+      os.makedirs(os.path.dirname(os.path.join(staging, name)), exist_ok=True)
+      pq.write_table(table, os.path.join(staging, name))
+    return pop_tally(staging)
+  monkeypatch.setattr(records, 'pop_tally', add_then_pop)
+
+
+def test_publishing_drops_leftovers_and_checks_the_row_count(
+    trained, tmp_path, monkeypatch):
+  model_dir, _, _ = trained
+  corpus = tmp_path / 'corpus.jsonl'
+  write_jsonl(corpus, corpus_rows(40, 10))
+  output_dir = tmp_path / 'scores'
+  three_rows = pa.table({scored.ID: ['a', 'b', 'c']})
+  add_to_staging(monkeypatch, {'beam-temp-part-0a1b/part.parquet': three_rows})
+  score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=1'))
+  partition = output_dir / 'dt=1'
+  assert sorted(os.listdir(partition)) == sorted(
+      [outputs.SUCCESS_MARKER, scored.MANIFEST_FILE, scored.REPORT_FILE,
+       *read_partition(partition)[1]])
+  assert len(pd.read_parquet(partition)) == 40
+  before = sorted(os.listdir(partition))
+
+  add_to_staging(monkeypatch, {'part-99999-of-99999.parquet': three_rows})
+  with pytest.raises(cli.JobError, match='43 rows.*40 scored'):
+    score.run(score_args(corpus, model_dir, output_dir, '--partition=dt=1'))
+  assert sorted(os.listdir(partition)) == before
+  assert len(pd.read_parquet(partition)) == 40
+  assert sorted(os.listdir(tmp_path)) == ['corpus.jsonl', 'scores']

@@ -21,11 +21,13 @@ from pipeline import jobs
 from pipeline import preprocess
 from pipeline import score
 from tests.conftest import built_once
+from tests.conftest import corpus_rows
 from tests.conftest import main_in_process
 from tests.conftest import run_module
+from tests.conftest import score_args
 from tests.conftest import synthetic_reviews
+from tests.conftest import TINY_MODEL
 from tests.conftest import write_jsonl
-from tests.test_trainer import TINY_MODEL
 from trainer import predict
 from trainer import train
 
@@ -439,3 +441,19 @@ def test_a_rerun_replaces_a_partition_that_tools_left_files_in_and_keeps_them(
   with pytest.raises(cli.JobError, match='files this job does not write, '
                      'such as NOTES.md'):
     score.run(flags_given)
+
+
+def test_a_file_where_the_output_folder_goes_is_never_replaced(trained,
+                                                              tmp_path):
+  model_dir, _, _ = trained
+  corpus = write_jsonl(tmp_path / 'corpus.jsonl', corpus_rows(20, 12))
+  report = tmp_path / 'report.csv'
+  report.write_text('a user file')
+  (tmp_path / 'scores').mkdir()
+  (tmp_path / 'scores' / 'dt=1').write_text('another')
+  for output, extra in ((report, ()), (report, ('--overwrite',)),
+                        (tmp_path / 'scores', ('--partition=dt=1',))):
+    with pytest.raises(cli.JobError, match='is a file'):
+      score.run(score_args(corpus, model_dir, output, *extra))
+  assert report.read_text() == 'a user file'
+  assert (tmp_path / 'scores' / 'dt=1').read_text() == 'another'

@@ -1,8 +1,11 @@
 """trainer.predict on the input a command line meets: bytes that are not
 UTF-8 on standard input or in an argument, CRLF line ends, blank lines, and
-a standard output that cannot encode a label."""
+a standard output that cannot encode a label; its parity with the
+signature; no CUDA lines without a GPU."""
+import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -10,8 +13,12 @@ import pytest
 
 import cli
 from schemas import serving
+from serving import exports
+from tests.conftest import float32_approx
 from tests.conftest import REPO
-from tests.test_trainer import tiny_export
+from tests.conftest import run_module
+from tests.conftest import tiny_export
+from trainer import predict as predict_lib
 
 
 @pytest.fixture(scope='module')
@@ -137,3 +144,37 @@ def test_a_label_standard_output_cannot_encode_is_printed_escaped(model_dir):
   (line,) = out
   assert json.loads(line)['label'] == 'pós'
   assert json.loads(line)['text'] == 'café'
+
+
+def test_predict_cli_matches_the_signature(trained):
+  model_dir, _, _ = trained
+  texts = ['superb wonderful film', 'dull waste of a plot']
+  signature, metadata = exports.load(str(model_dir))
+  direct = predict_lib.predict(signature, metadata.label_names, texts)
+  result = run_module('trainer.predict', f'--model_dir={model_dir}', '--json',
+                      *texts)
+  assert result.returncode == 0, result.stderr[-2000:]
+  printed = [json.loads(line) for line in result.stdout.splitlines()]
+  assert [p['label'] for p in printed] == [d['label'] for d in direct]
+  for printed_row, direct_row in zip(printed, direct):
+    for label, probability in direct_row['probabilities'].items():
+      assert printed_row['probabilities'][label] == float32_approx(
+          probability)
+
+
+def test_predict_prints_no_cuda_lines_on_a_machine_without_a_gpu(tmp_path):
+  if glob.glob('/dev/nvidia[0-9]*'):
+    pytest.skip('a GPU is present, and lines about CUDA may matter')
+  tiny_export(tmp_path / serving.EXPORT_DIR / '1',
+              {'version': 1, 'label_names': ['neg', 'pos']})
+  env = {name: value for name, value in os.environ.items()
+         if name != 'TF_CPP_MIN_LOG_LEVEL'}
+  result = subprocess.run(
+      [sys.executable, '-m', 'trainer.predict', f'--model_dir={tmp_path}',
+       'some text'], capture_output=True, text=True, env=env, cwd=REPO,
+      timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.startswith('pos\t0.7500\t')
+  lines = (result.stdout + result.stderr).splitlines()
+  assert not [line for line in lines
+              if re.search(r'cuda|absl::InitializeLog', line, re.IGNORECASE)]

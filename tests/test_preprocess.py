@@ -1,25 +1,19 @@
 """The preprocessing job on small data the tests write, and its failure modes."""
 import collections
 import errno
-import glob
 import importlib
 import json
 import os
 import unicodedata
 
-import apache_beam as beam
 from apache_beam.io import filesystem
-from apache_beam.testing.util import assert_that
-from apache_beam.testing.util import equal_to
 import pytest
-import tensorflow as tf
 import tensorflow_transform as tft
 
 import cli
 import outputs
 from pipeline import preprocess
 from pipeline import readers
-from pipeline.preprocessing import splits as split_lib
 from pipeline.preprocessing import settings as preprocess_settings
 from schemas import raw
 from schemas import rejected
@@ -27,21 +21,9 @@ from schemas import transformed
 from tests.conftest import beam_pipeline
 from tests.conftest import dead_letters
 from tests.conftest import main_in_process
+from tests.conftest import read_examples
 from tests.conftest import synthetic_reviews
 from tests.conftest import write_jsonl
-
-
-def read_examples(output_dir, split):
-  """The transformed examples of one split, parsed with the saved spec."""
-  spec = tft.TFTransformOutput(output_dir).transformed_feature_spec()
-  if split == raw.TRAIN:
-    for name in transformed.HELD_OUT_ONLY:
-      spec.pop(name)
-  files = glob.glob(os.path.join(output_dir,
-                                 transformed.split_file_pattern(split)))
-  dataset = tf.data.TFRecordDataset(files, compression_type='GZIP')
-  return [{k: v.numpy() for k, v in tf.io.parse_single_example(
-      record, spec).items()} for record in dataset]
 
 
 def good_rows(count, split):
@@ -284,80 +266,6 @@ def test_parameters_are_saved_for_the_trainer_and_scorer(small_job):
   assert params['read_config']['format'] == 'jsonl'
   assert params['read_config']['split_field'] == 'split'
   assert not os.path.exists(outputs.staging_root(str(output)))
-
-
-def test_hash_split_carves_three_disjoint_stable_splits():
-  texts = [f'review number {i}' for i in range(4000)]
-  splits = [split_lib.hash_split(t, 0.2, 0.1) for t in texts]
-  shares = {split: splits.count(split) / len(texts) for split in raw.SPLITS}
-  # Validation takes 0.1 of what test leaves: 0.08 of all.
-  assert shares[raw.TEST] == pytest.approx(0.2, abs=0.025)
-  assert shares[raw.VALIDATION] == pytest.approx(0.08, abs=0.015)
-  assert splits == [split_lib.hash_split(t, 0.2, 0.1) for t in texts]
-  # Disjoint ranges of one hash: growing a split only takes from train,
-  # never moves a record between validation and test.
-  for text, split in zip(texts, splits):
-    if split == raw.TEST:
-      assert split_lib.hash_split(text, 0.2, 0.5) == raw.TEST
-    if split == raw.VALIDATION:
-      assert split_lib.hash_split(text, 0.2, 0.5) == raw.VALIDATION
-  # Copies of a text, up to case and spacing, share their split.
-  for text in texts[:200]:
-    assert split_lib.hash_split(f'  {text.upper()} ', 0.2, 0.1) == (
-        split_lib.hash_split(text.replace(' ', '\t'), 0.2, 0.1))
-
-
-@pytest.mark.parametrize('named, expected', [
-    ('validation', raw.VALIDATION), ('Valid', raw.VALIDATION),
-    ('dev', raw.VALIDATION), ('test', raw.TEST), ('EVAL ', raw.TEST),
-    ('holdout', None),
-])
-def test_split_field_values_name_our_splits(named, expected):
-  assert split_lib.assign_split('some text', named, 0.2, 0.5) == expected
-
-
-def test_train_records_of_the_data_give_validation_its_share():
-  texts = [f'review number {i}' for i in range(2000)]
-  splits = [split_lib.assign_split(t, 'train', 0.2, 0.1) for t in texts]
-  # The test fraction does not apply where the data names the splits.
-  assert set(splits) == {raw.TRAIN, raw.VALIDATION}
-  assert splits.count(raw.VALIDATION) / len(texts) == pytest.approx(
-      0.1, abs=0.02)
-  assert splits == [split_lib.hash_split(t, 0.0, 0.1) for t in texts]
-  assert {split_lib.assign_split(t, 'Training', 0.2, 0.0)
-          for t in texts} == {raw.TRAIN}
-
-
-def test_validate_and_split_routes_records_in_a_pipeline():
-  records = [
-      {raw.ID: '1', raw.SOURCE: 's', raw.TEXT: 'fine', raw.LABEL: 'a',
-       raw.SPLIT: 'validation'},
-      {raw.ID: '2', raw.SOURCE: 's', raw.TEXT: 'also fine', raw.LABEL: 'b',
-       raw.SPLIT: 'TRAIN'},
-      {raw.ID: '3', raw.SOURCE: 's', raw.TEXT: '   ', raw.LABEL: 'a',
-       raw.SPLIT: 'train'},
-      {raw.ID: '4', raw.SOURCE: 's', raw.REASON: rejected.MALFORMED_RECORD,
-       raw.SNIPPET: '{oops'},
-      {raw.ID: '5', raw.SOURCE: 's', raw.TEXT: 'tested', raw.LABEL: 'b',
-       raw.SPLIT: 'eval'},
-  ]
-  with beam_pipeline() as pipeline:
-    routed = (pipeline | beam.Create(records) | beam.ParDo(
-        split_lib.ValidateAndSplit(split_lib.Routing(
-            100, 0.2, 0.0, split_required=True)))
-              .with_outputs('rejected', 'stats', *raw.SPLITS))
-    assert_that(routed[raw.TRAIN] | 'TrainIds' >> beam.Map(lambda r: r[raw.ID]),
-                equal_to(['2']), label='train')
-    assert_that(routed[raw.VALIDATION]
-                | 'ValidationIds' >> beam.Map(lambda r: r[raw.ID]),
-                equal_to(['1']), label='validation')
-    assert_that(routed[raw.TEST] | 'TestIds' >> beam.Map(lambda r: r[raw.ID]),
-                equal_to(['5']), label='test')
-    assert_that(routed['rejected'], equal_to([
-        {'id': '3', 'source': 's', 'reason': rejected.EMPTY_TEXT,
-         'snippet': '   '},
-        {'id': '4', 'source': 's', 'reason': rejected.MALFORMED_RECORD,
-         'snippet': '{oops'}]), label='rejected')
 
 
 def test_rerun_replaces_the_output_and_hash_split_repeats(tmp_path):

@@ -1,9 +1,7 @@
-"""The reading layer: every format, ids, labels, splits, bad rows, splitting,
-what a pattern matches."""
+"""The reading layer: every format, ids, labels, splits, bad rows,
+splitting."""
 import argparse
-import errno
 import gzip
-import io
 import json
 import os
 
@@ -13,52 +11,16 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
-import cli
-from pipeline import preprocess
 from pipeline import readers
-from pipeline.readers import lines
-from pipeline.readers import matching
-from pipeline.readers import read_ahead
-from pipeline.readers import ranges
 from pipeline.readers import sources
 from schemas import raw
 from schemas import rejected
-from tests.conftest import dead_letters
-from tests.conftest import main_in_process
-from tests.conftest import run_and_collect
+from tests.conftest import assert_splits_read_as_whole
+from tests.conftest import assert_writable
+from tests.conftest import letters
+from tests.conftest import read
+from tests.conftest import summary
 from tests.conftest import write_jsonl
-
-
-def read(pattern, fmt='auto', chunked=False, **config):
-  """Every record a pattern yields, read through a real Beam pipeline
-  (``chunked``: in chunks, each at most ``read_ahead.CHUNK_RECORDS``)."""
-  matched = readers.resolve_input(str(pattern), fmt)
-  transform = readers.ReadRecords(
-      matched.pattern, readers.ReadConfig(format=matched.format, **config),
-      chunked=chunked)
-  read_records = run_and_collect(lambda p: p | transform)
-  if chunked:
-    assert all(isinstance(chunk, list) and
-               len(chunk) <= read_ahead.CHUNK_RECORDS
-               for chunk in read_records)
-    read_records = [record for chunk in read_records for record in chunk]
-  return sorted(read_records, key=lambda r: r[raw.ID])
-
-
-def assert_splits_read_as_whole(source, bundle_bytes, more_than=0):
-  """Read in splits of about ``bundle_bytes``, ``source`` yields what it
-  yields whole: every record once."""
-  splits = [(s.source, s.start_position, s.stop_position)
-            for s in source.split(desired_bundle_size=bundle_bytes)]
-  assert len(splits) > more_than
-  source_test_utils.assert_sources_equal_reference_source(
-      (source, None, None), splits)
-
-
-def summary(records):
-  """(id, text or reason, label) per record, for compact assertions."""
-  return [(r[raw.ID], r.get(raw.REASON) or r[raw.TEXT], r.get(raw.LABEL))
-          for r in records]
 
 
 def test_jsonl_good_and_bad_rows(tmp_path):
@@ -257,18 +219,6 @@ def test_resolve_input_errors_and_defaults(tmp_path):
 # Faults: a bad file or record is a dead letter, never a crash or a loss.
 
 
-def letters(records):
-  """The records a reader rejected, as (id, reason), sorted."""
-  return sorted((r[raw.ID], r[raw.REASON]) for r in records
-                if r.get(raw.REASON))
-
-
-def assert_writable(records):
-  """Every record can be written as the dead-letter writer writes it."""
-  for record in records:
-    json.dumps(record, ensure_ascii=False).encode('utf-8')
-
-
 def write_examples(path, texts):
   """A TFRecord file of tf.Examples; the byte offset of each record."""
   offsets, position = [], 0
@@ -402,101 +352,6 @@ def test_runaway_quoted_csv_field_is_one_dead_letter(tmp_path):
   assert 'unterminated' in records[0][raw.SNIPPET]
 
 
-@pytest.mark.parametrize('encoding', ['utf-16', 'utf-16-be', 'utf-32-le'])
-def test_utf16_and_utf32_files(tmp_path, encoding):
-  texts = ['héllo wörld', 'snow \u2603 man', 'smile \U0001F600']
-  (tmp_path / 'data.jsonl').write_bytes('\n'.join(
-      json.dumps({'id': str(i), 'text': t}, ensure_ascii=False)
-      for i, t in enumerate(texts)).encode(encoding))
-  (tmp_path / 'data.csv').write_bytes(('id,text\r\n' + ''.join(
-      f'{i},"{t}\nmore"\r\n' for i, t in enumerate(texts))).encode(encoding))
-  (tmp_path / 'data.txt').write_bytes('\n'.join(texts).encode(encoding))
-  assert [r[raw.TEXT] for r in read(tmp_path / 'data.jsonl',
-                                    encoding=encoding)] == texts
-  assert [r[raw.TEXT] for r in read(tmp_path / 'data.csv', label_field=None,
-                                    encoding=encoding)] == [
-                                        t + '\nmore' for t in texts]
-  assert sorted(r[raw.TEXT] for r in read(
-      tmp_path / 'data.txt', encoding=encoding)) == sorted(texts)
-
-
-def test_utf16_lines_split_anywhere_read_each_line_once(tmp_path):
-  path = tmp_path / 'lines.txt'
-  lines = [f'line \u0a0d {i} ' + 'x' * (i % 37) for i in range(300)]
-  path.write_bytes('\r\n'.join(lines).encode('utf-16'))
-  source = sources.LineSource(str(path), readers.ReadConfig(
-      format='text', encoding='utf-16'), sources.parse_text_line)
-  assert_splits_read_as_whole(source, 333)
-  assert sorted(r[raw.TEXT] for r in source_test_utils.read_from_source(
-      source)) == sorted(lines)
-
-
-def test_unknown_encoding_is_a_reader_error():
-  with pytest.raises(readers.ReaderError, match='encoding'):
-    readers.ReadConfig(encoding='no-such-codec')
-
-
-def test_utf8_bom_is_stripped(tmp_path):
-  bom = b'\xef\xbb\xbf'
-  (tmp_path / 'data.jsonl').write_bytes(bom + b'{"id": "a", "text": "x"}\n')
-  (tmp_path / 'data.csv').write_bytes(bom + b'text,label\nhello,pos\n')
-  (tmp_path / 'docs' / 'pos').mkdir(parents=True)
-  (tmp_path / 'docs' / 'pos' / '1.txt').write_bytes(bom + b'great')
-  assert summary(read(tmp_path / 'data.jsonl')) == [('a', 'x', None)]
-  assert [(r.get(raw.REASON) or r[raw.TEXT], r[raw.LABEL]) for r in read(
-      tmp_path / 'data.csv', id_field=None)] == [('hello', 'pos')]
-  assert [r[raw.TEXT] for r in read(tmp_path / 'docs')] == ['great']
-
-
-def test_cr_only_line_endings_split_lines(tmp_path):
-  text = tmp_path / 'mac.txt'
-  lines = [f'line {i}' for i in range(100)]
-  text.write_bytes('\r'.join(lines).encode() + b'\r')
-  assert sorted(r[raw.TEXT] for r in read(text)) == sorted(lines)
-  source = sources.LineSource(str(text), readers.ReadConfig(format='text'),
-                              sources.parse_text_line)
-  assert_splits_read_as_whole(source, 50)
-  mixed = tmp_path / 'mixed.jsonl'
-  mixed.write_bytes(b'{"text": "a"}\r{"text": "b"}\r\n{"text": "c"}\n\r'
-                    b'{"text": "d"}')
-  assert sorted(r[raw.TEXT] for r in read(mixed)) == ['a', 'b', 'c', 'd']
-  csv_path = tmp_path / 'mac.csv'
-  csv_path.write_bytes(b'text,label\r"two\rlines",a\rplain,b\r')
-  assert [(r[raw.TEXT], r[raw.LABEL]) for r in sorted(
-      read(csv_path, id_field=None), key=lambda r: r[raw.LABEL])] == [
-          ('two\rlines', 'a'), ('plain', 'b')]
-
-
-@pytest.mark.parametrize('encoding', ['utf-8', 'utf-16-le', 'utf-32-be'])
-def test_line_ends_found_across_any_chunking(encoding):
-  # Every line end (\n, \r\n, lone \r) at every chunk boundary, and a
-  # character whose code units hold a \r or \n byte (U+0A0D).
-  text = 'a\nbb\r\nc\u0a0dc\r\rd\r\n\ne'
-  expected = ['a\n', 'bb\r\n', 'c\u0a0dc\r', '\r', 'd\r\n', '\n', 'e']
-  data = text.encode(encoding)
-  line_encoding = lines.TextEncoding.of(encoding, lambda: data)
-  for size in range(1, len(data) + 1):
-    chunks = iter([data[i:i + size] for i in range(0, len(data), size)])
-    found = [line_encoding.decode(piece.data, 1) for piece in lines.pieces(
-        chunks, 0, line_encoding, max_bytes=1000)]
-    assert found == expected, size
-
-
-def test_nul_bytes_are_not_text(tmp_path):
-  folder = tmp_path / 'docs' / 'pos'
-  folder.mkdir(parents=True)
-  (folder / 'zeros.txt').write_bytes(b'\x00' * 4096)
-  (folder / 'fine.txt').write_text('fine')
-  records = {os.path.basename(r[raw.ID]): r for r in read(tmp_path / 'docs')}
-  assert records['zeros.txt'][raw.REASON] == rejected.UNDECODABLE_TEXT
-  assert records['fine.txt'][raw.TEXT] == 'fine'
-  lines = tmp_path / 'lines.txt'
-  lines.write_bytes(b'ok\n' + b'\x00' * 100 + b'\n')
-  assert [r.get(raw.REASON) for r in read(lines)] == [
-      None, rejected.UNDECODABLE_TEXT]
-  assert_writable(read(lines))
-
-
 def test_tfrecord_crc_mismatches(tmp_path):
   path = tmp_path / 'data_crc.tfrecord'
   texts = [f'doc {i}' for i in range(5)]
@@ -531,128 +386,6 @@ def test_allow_corrupt_files_flag():
       ['--input=x', '--allow_corrupt_files']))
   assert (default.allow_corrupt_files, allowed.allow_corrupt_files) == (
       False, True)
-
-
-# --------------------------------------------------------------------------
-# What a pattern matches: every regular file once, by its literal path;
-# anything else matched is a dead letter.
-
-
-def test_files_with_glob_characters_in_their_names_are_read_once(tmp_path):
-  names = ['part[1].jsonl', 'part1.jsonl', 'plain.jsonl', 'a*b?.jsonl',
-           '[!x] sp ace é.jsonl', 'q?.jsonl', 'qq.jsonl']
-  for name in names:
-    write_jsonl(tmp_path / name, [{'id': name, 'text': 'x'}])
-  assert sorted(r[raw.ID] for r in read(tmp_path / '*.jsonl')) == sorted(
-      names)
-  for folder in ('st*r', 'star'):
-    (tmp_path / folder).mkdir()
-    write_jsonl(tmp_path / folder / 'a.jsonl', [{'id': folder, 'text': 'x'}])
-  assert [r[raw.ID] for r in read(f'{tmp_path}/st*r/')] == ['st*r', 'star']
-  # A pattern names files as globs do: [[] is a literal [.
-  assert [r[raw.ID] for r in read(tmp_path / 'part[[]1].jsonl')] == [
-      'part[1].jsonl']
-
-
-def test_double_star_is_zero_or_more_folders(tmp_path):
-  data = tmp_path / 'data'
-  for relative in ('x.jsonl', 'a/y.jsonl', 'a/b/z.jsonl', 'a/b/c/w.jsonl'):
-    (data / relative).parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(data / relative, [{'id': relative, 'text': 'x'}])
-  (data / 'a' / 'notes.txt').write_text('not matched')
-  assert [r[raw.ID] for r in read(f'{data}/**/*.jsonl')] == [
-      'a/b/c/w.jsonl', 'a/b/z.jsonl', 'a/y.jsonl', 'x.jsonl']
-  assert [r[raw.ID] for r in read(f'{data}/a/**/b/*.jsonl')] == [
-      'a/b/z.jsonl']
-  matched = readers.resolve_input(f'{data}/**/x.jsonl', 'auto')
-  assert (matched.pattern, matched.format) == (f'{data}/**/x.jsonl', 'jsonl')
-  # Elsewhere ** is any characters, / included, as in Beam; ? and [...]
-  # never cross a /.
-  assert readers.matched_files(f'{data}/a**.jsonl') == [
-      f'{data}/a/b/c/w.jsonl', f'{data}/a/b/z.jsonl', f'{data}/a/y.jsonl']
-  assert readers.matched_files(f'{data}/a?y.jsonl') == []
-  assert readers.matched_files(f'{data}/a[!x]y.jsonl') == []
-
-
-def test_links_fifos_and_folders_matched_are_unreadable_file_letters(
-    tmp_path):
-  write_jsonl(tmp_path / 'good.jsonl', [{'id': 'good', 'text': 'x'}])
-  os.symlink(tmp_path / 'nowhere', tmp_path / 'dangling.jsonl')
-  os.mkfifo(tmp_path / 'pipe.jsonl')
-  (tmp_path / 'folder.jsonl').mkdir()
-  os.symlink(tmp_path / 'folder.jsonl', tmp_path / 'linked.jsonl')
-  os.symlink(tmp_path / 'good.jsonl', tmp_path / 'alias.jsonl')
-  records = read(tmp_path / '*.jsonl')
-  assert letters(records) == [
-      (str(tmp_path / name), rejected.UNREADABLE_FILE)
-      for name in ('dangling.jsonl', 'folder.jsonl', 'linked.jsonl',
-                   'pipe.jsonl')]
-  snippets = {os.path.basename(r[raw.SOURCE]): r[raw.SNIPPET]
-              for r in records if r.get(raw.REASON)}
-  assert 'dangling symbolic link' in snippets['dangling.jsonl']
-  assert 'FIFO' in snippets['pipe.jsonl']
-  assert 'a folder' in snippets['folder.jsonl']
-  assert 'link to a folder' in snippets['linked.jsonl']
-  # A link to a file is read as the file.
-  assert [r[raw.ID] for r in records if not r.get(raw.REASON)] == [
-      'good', 'good']
-  # A folder given as the input means every file below it: its folders
-  # are no letters.
-  (tmp_path / 'folder.jsonl' / 'doc.txt').write_text('a document')
-  assert [r[raw.TEXT] for r in read(tmp_path / 'folder.jsonl')] == [
-      'a document']
-
-
-@pytest.fixture()
-def make_unreadable(monkeypatch):
-  """Makes a file unreadable: mode 000 and, for root, whom no mode stops,
-  Beam's local open of it failing as it would for anyone else."""
-  blocked = set()
-  real_open = io.open
-
-  def checked_open(file, mode='r', *args, **kwargs):
-    if 'r' in mode and os.fspath(file) in blocked:
-      raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), file)
-    return real_open(file, mode, *args, **kwargs)
-
-  if os.geteuid() == 0:
-    monkeypatch.setattr(io, 'open', checked_open)
-
-  def make(path):
-    os.chmod(path, 0)
-    blocked.add(str(path))
-  return make
-
-
-def test_an_unreadable_file_is_one_unreadable_file_letter(
-    tmp_path, make_unreadable):
-  rows = [{'id': f'r{i}', 'text': f'row {i}'} for i in range(200)]
-  write_jsonl(tmp_path / 'a_good.jsonl', rows[:3])
-  locked = write_jsonl(tmp_path / 'b_locked.jsonl', rows)
-  pq.write_table(pa.table({'text': ['x'] * 50}), tmp_path / 'c.parquet',
-                 row_group_size=5)
-  (tmp_path / 'docs' / 'pos').mkdir(parents=True)
-  (tmp_path / 'docs' / 'pos' / 'locked.txt').write_text('a document')
-  for path in (locked, tmp_path / 'c.parquet',
-               tmp_path / 'docs' / 'pos' / 'locked.txt'):
-    make_unreadable(path)
-  records = read(tmp_path / '*.jsonl')
-  assert [r[raw.ID] for r in records if not r.get(raw.REASON)] == [
-      'r0', 'r1', 'r2']
-  assert letters(records) == [(str(locked), rejected.UNREADABLE_FILE)]
-  assert 'Permission denied' in [r for r in records if r.get(raw.REASON)][0][
-      raw.SNIPPET]
-  assert letters(read(tmp_path / 'docs')) == [
-      (str(tmp_path / 'docs' / 'pos' / 'locked.txt'),
-       rejected.UNREADABLE_FILE)]
-  # However split, the file is one letter: the range at byte 0 reports it.
-  for path, fmt in ((locked, 'jsonl'), (tmp_path / 'c.parquet', 'parquet')):
-    entry = matching.entries(str(path))[0]
-    parts = list(ranges.split(entry, True, 'auto', 100))
-    assert len(parts) > 3
-    read_parts = [record for part in parts for record in ranges.read(
-        part, sources.source_factory(fmt, readers.ReadConfig(format=fmt)))]
-    assert letters(read_parts) == [(str(path), rejected.UNREADABLE_FILE)]
 
 
 @pytest.mark.parametrize('depth', [10_000, 100_000])
@@ -752,38 +485,3 @@ def test_files_of_two_formats_are_refused_naming_both(tmp_path):
                                'auto').format == 'jsonl'
   # --format says how to read them all.
   assert readers.resolve_input(f'{tmp_path}/*', 'jsonl').format == 'jsonl'
-
-
-def labelled(prefix, count):
-  return [{'id': f'{prefix}{i}', 'label': 'pos' if i % 2 else 'neg',
-           'text': f'{"great fun" if i % 2 else "dull waste"} number {i}'}
-          for i in range(count)]
-
-
-def test_preprocess_reads_each_matched_file_once_and_reports_the_rest(
-    tmp_path, make_unreadable, monkeypatch, capsys):
-  data = tmp_path / 'data'
-  for relative in ('part[1].jsonl', 'plain.jsonl', 'st*r/a.jsonl',
-                   'star/a.jsonl', 'sub/deep/x.jsonl'):
-    (data / relative).parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(data / relative, labelled(relative, 60))
-  write_jsonl(data / 'nulls.jsonl', [{**row, 'id': None}
-                                     for row in labelled('n', 4)])
-  stats = preprocess.run([f'--input={data}/**/*.jsonl',
-                          f'--output_dir={tmp_path}/out'])
-  counts = stats['records']
-  assert (counts['read'], sum(counts['written'].values()), counts['rejected'],
-          counts['ids_replaced']) == (304, 304, 0, 4)
-  # An unreadable file and a dangling link: published, exit status 3.
-  make_unreadable(data / 'plain.jsonl')
-  os.symlink(data / 'gone.jsonl', data / 'sub' / 'dangling.jsonl')
-  status, stderr = main_in_process(
-      monkeypatch, capsys, preprocess.run, f'--input={data}/**/*.jsonl',
-      f'--output_dir={tmp_path}/out')
-  assert status == cli.EXIT_INCOMPLETE_INPUT
-  assert '2 unreadable_file' in stderr.strip().splitlines()[-1]
-  stats = json.loads((tmp_path / 'out' / 'stats.json').read_text())
-  assert stats['records']['read'] == 246
-  assert sorted(letter['source'] for letter in dead_letters(
-      tmp_path / 'out')) == [str(data / 'plain.jsonl'),
-                             str(data / 'sub' / 'dangling.jsonl')]

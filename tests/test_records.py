@@ -1,4 +1,5 @@
 """Record checks and the counts every job reconciles before publishing."""
+import logging
 import re
 import unicodedata
 
@@ -12,8 +13,13 @@ import pytest
 
 import cli
 from pipeline import records
+from pipeline import score
 from schemas import raw
 from schemas import rejected
+
+from tests.conftest import corpus_rows
+from tests.conftest import score_args
+from tests.conftest import write_jsonl
 
 
 def record(text, label='pos'):
@@ -101,3 +107,22 @@ def test_unreadable_and_corrupt_files_make_an_incomplete_input():
                      match='3 input file.*1 corrupt_file, 2 unreadable_file'):
     tally.check_complete(allow_corrupt_files=False)
   tally.check_complete(allow_corrupt_files=True)
+
+
+def test_duplicate_ids_are_counted_and_logged(trained, tmp_path, caplog):
+  model_dir, _, _ = trained
+  rows = corpus_rows(20, 12)
+  for index in (1, 2, 3):
+    rows[index]['id'] = 'twice-a'
+  rows[4]['id'] = rows[5]['id'] = 'twice-b'
+  corpus = tmp_path / 'corpus.jsonl'
+  write_jsonl(corpus, rows)
+  with caplog.at_level(logging.WARNING):
+    manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores'))
+  # Two ids seen more than once, in three records beyond their first.
+  assert manifest['counts']['duplicate_ids'] == 2
+  assert manifest['counts']['duplicate_rows'] == 3
+  assert manifest['counts']['scored'] == 20
+  assert any('2 duplicate ids' in record.getMessage()
+             for record in caplog.records
+             if record.levelno == logging.WARNING)

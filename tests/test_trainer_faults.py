@@ -1,7 +1,9 @@
-"""The trainer's faults: bad flags and incomplete preprocessing outputs
-refused before any work, an export published only once evaluated, a run
-that fails or is killed leaving the previous one as it was, one trainer at
-a time in a model folder, and a model no better than the majority class."""
+"""The trainer's faults: bad flags, a missing or incomplete preprocessing
+output and data it cannot train on refused before any work, an export
+published only once evaluated, a run that fails or is killed leaving the
+previous one as it was, one trainer at a time in a model folder, versions
+numbered past every existing one, and a model no better than the majority
+class."""
 import json
 import logging
 import os
@@ -14,7 +16,6 @@ import sys
 import time
 
 import pytest
-import tensorflow as tf
 
 import cli
 from schemas import raw
@@ -23,10 +24,12 @@ from schemas import transformed
 from serving import exports
 from tests.conftest import REPO
 from tests.conftest import main_in_process
+from tests.conftest import preprocess_rows
 from tests.conftest import run_module
-from tests.test_fail_loud import tree
-from tests.test_trainer import TINY_MODEL
-from tests.test_trainer import preprocess_rows
+from tests.conftest import synthetic_reviews
+from tests.conftest import TINY_MODEL
+from tests.conftest import tree
+from tests.conftest import wait_for
 from trainer import data as data_lib
 from trainer import evaluate
 from trainer import fitting
@@ -151,6 +154,44 @@ def test_an_incomplete_preprocessing_output_is_a_job_error_naming_the_gap(
   assert not (tmp_path / 'model').exists()
 
 
+def test_trainer_job_error_on_a_missing_data_dir(tmp_path):
+  result = run_module('trainer.train', f'--data_dir={tmp_path}/missing',
+                      f'--model_dir={tmp_path}/model')
+  assert result.returncode == 2
+  assert 'is not a preprocessing output' in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_corpus_without_a_shared_ngram_fails_the_default_model(tmp_path):
+  # Every document's words are its own: the search on validation finds no
+  # n-gram in two training documents, and says what would train.
+  rows = [{'id': str(i), 'text': f'w{i} x{i}', 'label': 'ab'[i % 2],
+           'split': 'train' if i < 40 else ('validation' if i < 50 else 'test')}
+          for i in range(60)]
+  preprocessed = preprocess_rows(tmp_path, rows)
+  with pytest.raises(cli.JobError, match=(
+      'no n-gram is in 2 training documents: try --model=transformer or '
+      '--ngram_min_count=1')):
+    train.run([f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model'])
+  assert not (tmp_path / 'model' / serving.EXPORT_DIR).exists()
+
+
+@pytest.mark.parametrize('make_rows, validation_fraction, message', [
+    (lambda: [row for row in synthetic_reviews(20, 0) + synthetic_reviews(
+        8, 1) if row['label'] == 'pos'], 0.5, 'at least two classes'),
+    (lambda: synthetic_reviews(20, 0), 0.5, 'the test split is empty'),
+    (lambda: synthetic_reviews(20, 0) + synthetic_reviews(8, 1), 0,
+     'the validation split is empty'),
+])
+def test_untrainable_data_is_a_job_error_before_training(
+    tmp_path, make_rows, validation_fraction, message):
+  data_dir = preprocess_rows(tmp_path, make_rows(),
+                             f'--validation_fraction={validation_fraction}')
+  with pytest.raises(cli.JobError, match=message):
+    train.run([f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
+               *TINY_MODEL])
+  assert not (tmp_path / 'model').exists()
+
+
 def test_a_failed_evaluation_publishes_nothing_and_the_next_run_all(
     previous_model, synthetic_preprocessed, monkeypatch):
   model_dir, previous_export = previous_model
@@ -196,15 +237,6 @@ def test_a_failed_evaluation_publishes_nothing_and_the_next_run_all(
   assert not leftovers(model_dir)
   assert not (model_dir / 'ngram_logits').exists()
   assert (model_dir / runs.LOGS_DIR / metadata['training']['run_id']).is_dir()
-
-
-def wait_for(condition, process, seconds=300):
-  """Polls ``condition`` until it holds; fails if ``process`` ends first."""
-  deadline = time.time() + seconds
-  while not condition():
-    assert process.poll() is None, process.communicate()[1][-3000:]
-    assert time.time() < deadline, 'timed out'
-    time.sleep(0.1)
 
 
 def test_a_trainer_killed_before_publishing_leaves_no_visible_version(
@@ -283,60 +315,6 @@ def test_a_second_trainer_on_one_model_dir_is_refused_naming_the_first(
       lock.LOCK_FILE, runs.LOGS_DIR]
 
 
-def test_the_local_lock_names_its_holder_and_ends_with_the_run(tmp_path):
-  with lock.exclusive(str(tmp_path)):
-    with pytest.raises(lock.Busy, match=f'pid {os.getpid()}, since '):
-      with lock.exclusive(str(tmp_path)):
-        pass
-  with lock.exclusive(str(tmp_path)):
-    pass
-
-
-def holder(path):
-  """The lock file's holder, read as the lock reads it: again where a read
-  overlapping the heartbeat's rewrite returns a torn file."""
-  return lock._read(path)  # pylint: disable=protected-access
-
-
-def test_the_object_store_lock_is_a_file_kept_fresh_and_taken_when_stale(
-    monkeypatch, tmp_path):
-  monkeypatch.setattr(lock, 'SETTLE_SECONDS', 0)
-  model_dir = f'ram://{tmp_path}/model'
-  path = f'{model_dir}/{lock.LOCK_FILE}'
-  tf.io.gfile.makedirs(model_dir)
-  with lock.exclusive(model_dir):
-    with pytest.raises(lock.Busy, match=f'pid {os.getpid()}, since '):
-      with lock.exclusive(model_dir):
-        pass
-  assert not tf.io.gfile.exists(path)
-  monkeypatch.setattr(lock, 'HEARTBEAT_SECONDS', 0.05)
-  with lock.exclusive(model_dir):
-    written = holder(path)['time']
-    deadline = time.time() + 60
-    while holder(path)['time'] == written:
-      assert time.time() < deadline
-      time.sleep(0.05)
-  # A dead trainer's lock, not rewritten for longer than STALE_SECONDS.
-  with tf.io.gfile.GFile(path, 'w') as handle:
-    handle.write(json.dumps({'host': 'gone', 'pid': 1, 'token': 'x',
-                             'time': time.time() - lock.STALE_SECONDS - 1}))
-  with lock.exclusive(model_dir):
-    assert holder(path)['pid'] == os.getpid()
-
-
-def test_an_unreadable_lock_is_held_until_it_is_stale(tmp_path):
-  model_dir = f'file://{tmp_path}'
-  path = tmp_path / lock.LOCK_FILE
-  path.write_text('{"host": "half-writ')
-  with pytest.raises(lock.Busy, match='whose name was unreadable'):
-    with lock.exclusive(model_dir):
-      pass
-  stale = time.time() - lock.STALE_SECONDS - 1
-  os.utime(path, (stale, stale))
-  with lock.exclusive(model_dir):
-    assert holder(str(path))['pid'] == os.getpid()
-
-
 def test_a_version_is_newer_than_every_existing_one(tmp_path):
   future = int(time.time()) + 10**6
   export_root = tmp_path / serving.EXPORT_DIR
@@ -351,19 +329,6 @@ def test_no_version_beyond_int64_is_published(tmp_path):
   (tmp_path / serving.EXPORT_DIR / str(2**63 - 1)).mkdir(parents=True)
   with pytest.raises(cli.JobError, match='64 bits'):
     runs.Run(str(tmp_path)).next_version()
-
-
-def test_names_that_are_no_versions_are_skipped_by_their_own_path(
-    tmp_path, caplog):
-  export_root = tmp_path / serving.EXPORT_DIR
-  for name in ('7', '007', '\u00b2', '\u0667', str(2**63)):
-    (export_root / name).mkdir(parents=True)
-    (export_root / name / 'saved_model.pb').write_bytes(b'')
-    exports.write_metadata(str(export_root / name), {'label_names': ['a']})
-  with caplog.at_level(logging.WARNING):
-    assert exports.resolve(str(tmp_path)) == str(export_root / '7')
-  for name in ('007', '\u00b2', '\u0667', str(2**63)):
-    assert f'skipping {export_root / name}: not a version' in caplog.text
 
 
 def test_a_model_no_better_than_the_majority_class_is_a_warning(
