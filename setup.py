@@ -53,7 +53,8 @@ setuptools.setup(
     python_requires='>=3.10,<3.13',
     packages=setuptools.find_packages(include=[
         f'{package}{sub}' for package in ('schemas', 'cli', 'serving',
-                                          'outputs', 'pipeline', 'trainer')
+                                          'outputs', 'pipeline', 'trainer',
+                                          'textclf')
         for sub in ('', '.*')]),
     install_requires=REQUIRED,
     extras_require=EXTRAS,

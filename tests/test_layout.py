@@ -22,6 +22,8 @@ ALLOWED = {
     'outputs': {'schemas', 'cli', 'outputs'},
     'pipeline': {'schemas', 'cli', 'serving', 'outputs', 'pipeline'},
     'trainer': {'schemas', 'cli', 'serving', 'outputs', 'trainer'},
+    # The Python API over an export: what serving offers, no job.
+    'textclf': {'schemas', 'cli', 'serving', 'textclf'},
     # Tooling beside the jobs (the runners' clusters): none of them imports
     # it, and it imports none of them; an entry point itself, it shares
     # cli's (processes that end with the command that started them).
@@ -95,6 +97,20 @@ def modules_loaded_by(code: str):
 def test_the_trainer_loads_no_beam():
   loaded = modules_loaded_by('import trainer.train, trainer.predict')
   assert not {m for m in loaded if m.startswith('apache_beam')}
+
+
+def test_the_python_api_loads_no_beam_and_no_trainer(trained):
+  """A notebook's import and prediction load neither Beam nor the jobs'
+  packages (tensorflow-transform, the trainer's matplotlib)."""
+  model_dir, _, _ = trained
+  loaded = modules_loaded_by(f'''
+import textclf
+textclf.load({str(model_dir)!r}).predict(['a fine film'], as_frame=True)
+''')
+  assert 'textclf' in loaded and 'pandas' in loaded
+  assert not {m for m in loaded if m.split('.')[0] in (
+      'apache_beam', 'tensorflow_transform', 'matplotlib', 'trainer',
+      'pipeline')}
 
 
 def test_the_outputs_layer_uses_neither_beam_nor_tensorflow():

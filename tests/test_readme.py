@@ -77,5 +77,8 @@ def test_every_command_block_of_the_readme_runs(tmp_path):
   predicted = [out for command, out in ran if 'textclf-predict' in
                command[-1]][0]
   assert predicted.split('\t')[0] == 'billing'
-  counts = [out for command, out in ran if command[0] == sys.executable]
+  python = [out for command, out in ran if command[0] == sys.executable]
+  api, counts = python[0], python[1:]
+  assert api.splitlines()[0] == 'billing'
+  assert 'prediction' in api and 'confidence' in api
   assert 'outage' in counts[0] and 'billing' in counts[1]

@@ -14,8 +14,10 @@ from schemas import raw
 from schemas import serving
 from schemas import transformed
 from serving import exports
+from serving import predictions
 from tests.conftest import assert_float32_close
 from tests.conftest import keras_input_warnings
+from tests.conftest import synthetic_reviews
 from tests.conftest import TINY_MODEL
 from tests.conftest import TRAIN_FLAGS
 from trainer import data as data_lib
@@ -340,3 +342,43 @@ def test_macro_f1_is_over_the_classes_the_split_has():
                                             ['a', 'b', 'c'])
   assert metrics['macro_f1'] == pytest.approx((1 / 2 + 4 / 5) / 2)
   assert metrics['classes_without_examples'] == ['c']
+
+
+def test_the_report_lists_the_most_confident_mistakes_on_test(trained):
+  """Ranked here from the export's own answers on the test reviews, apart
+  from the trainer's ranking."""
+  model_dir, export_dir, metrics = trained
+  signature, metadata = exports.load(export_dir)
+  test = synthetic_reviews(200, 1)
+  probabilities = signature(text=tf.constant(
+      [review['text'].encode() for review in test]))[
+          serving.PROBABILITIES].numpy()
+  wrong = sorted(
+      (-row.max(), review['text'], review['label'],
+       metadata.label_names[row.argmax()])
+      for review, row in zip(test, probabilities)
+      if metadata.label_names[row.argmax()] != review['label'])
+  assert len(wrong) == round(
+      (1 - metrics['test']['accuracy']) * len(test)) > 0
+  report = (model_dir / evaluate.REPORT_FILE).read_text()
+  section = report.split('\n## The most confident mistakes on test\n')[1]
+  rows = [line.strip('| ').split(' | ') for line in
+          section.split('\n## ')[0].splitlines()[5:] if line.startswith('|')]
+  expected = wrong[:evaluate.MISTAKES_SHOWN]
+  assert len(rows) == len(expected)
+  assert sorted(row[:3] for row in rows) == sorted(
+      [text, label, prediction] for _, text, label, prediction in expected)
+  assert [float(row[3]) for row in rows] == [
+      pytest.approx(-negated, abs=2e-4) for negated, *_ in expected]
+
+
+def test_a_mistake_cell_is_one_line_and_reads_as_plain_text():
+  cell = evaluate.markdown_cell('a | b\r\n\tc *em* <b>&amp; [x](y) `c`\\ _u_')
+  assert cell == ('a \\| b c \\*em\\* \\<b\\>\\&amp; \\[x\\](y) \\`c\\`\\\\ '
+                  '\\_u\\_')
+  assert evaluate.markdown_cell('word ' * 100, 20) == 'word ' * 3 + 'word…'
+  lines = evaluate.mistake_lines([predictions.Mistake(
+      'two\nlines | here', 'a|b', 'c', 0.98765)], 'test')
+  assert lines[-1] == '| two lines \\| here | a\\|b | c | 0.9877 |'
+  assert evaluate.mistake_lines([], 'test')[-1] == (
+      'The model labelled every test example right.')

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import posixpath
+import re
 from typing import Dict, List, Optional
 
 import matplotlib
@@ -32,6 +33,7 @@ from trainer import data as data_lib  # pylint: disable=wrong-import-position
 from trainer import model as model_lib  # pylint: disable=wrong-import-position
 from trainer import selection  # pylint: disable=wrong-import-position
 from serving import exports  # pylint: disable=wrong-import-position
+from serving import predictions  # pylint: disable=wrong-import-position
 
 METRICS_FILE = ownership.MODEL_METRICS
 REPORT_FILE = ownership.MODEL_REPORT
@@ -49,6 +51,16 @@ HEADLINE = (('examples', 'examples', '{}'),
             ('ROC AUC', 'roc_auc', '{:.4f}'),
             ('accuracy of the majority class', 'majority_baseline',
              '{:.4f}'))
+
+
+# The test split's mistakes the report lists, the most confident first, and
+# how much of each text its table shows.
+MISTAKES_SHOWN = 10
+MISTAKE_TEXT_CHARS = 200
+# What Markdown would read as formatting, a link, HTML, an entity or a
+# table's column, in a cell: escaped with a backslash (CommonMark's
+# escapes; GitHub's tables read \| as the character).
+_MARKDOWN_SPECIAL = re.compile(r'([\\`*_\[\]<>|&~])')
 
 
 def confusion_plot(split: str) -> str:
@@ -118,15 +130,29 @@ def classification_metrics(labels: np.ndarray, probabilities: np.ndarray,
 
 
 def predict_split(signature, data: data_lib.PreprocessedData, split: str,
-                  batch_size: int = 256):
-  """(true label ids, probabilities) of a serving signature on a held-out
-  split."""
-  labels, probabilities = [], []
+                  batch_size: int = 256, mistakes: int = 0):
+  """(true label ids, probabilities, the ``mistakes`` most confident
+  mistakes) of a serving signature on a held-out split."""
+  labels, probabilities, worst = [], [], []
   for text, label in data_lib.dataset(
       data, split, batch_size, feature=transformed.TEXT, cache=False):
     probabilities.append(signature(text=text)[serving.PROBABILITIES].numpy())
     labels.append(label.numpy())
-  return np.concatenate(labels), np.concatenate(probabilities)
+    if mistakes:
+      worst = predictions.worst_mistakes(
+          [*worst, *_examples(text.numpy(), labels[-1], probabilities[-1],
+                              data.label_names)], mistakes)
+  return np.concatenate(labels), np.concatenate(probabilities), worst
+
+
+def _examples(texts: np.ndarray, label_ids: np.ndarray,
+              probabilities: np.ndarray, label_names: List[str]):
+  """(text, label, prediction, confidence) of each served example."""
+  predicted = probabilities.argmax(axis=1)
+  for text, label_id, prediction, row in zip(texts, label_ids, predicted,
+                                             probabilities):
+    yield (text.decode('utf-8', 'replace'), label_names[label_id],
+           label_names[prediction], float(row[prediction]))
 
 
 def _plot_history(history_path: str, out_path: str) -> bool:
@@ -282,6 +308,33 @@ def _split_lines(section: Dict, split: str) -> List[str]:
   return lines + ['', f'![{split} confusion matrix]({confusion_plot(split)})']
 
 
+def markdown_cell(text: str, most: Optional[int] = None) -> str:
+  """``text`` as a Markdown table cell shows it: on one line (every run of
+  whitespace, line ends included, one space), cut to ``most`` characters,
+  nothing in it read as Markdown."""
+  text = ' '.join(text.split())
+  if most is not None and len(text) > most:
+    text = text[:most - 1] + '…'
+  return _MARKDOWN_SPECIAL.sub(r'\\\1', text)
+
+
+def mistake_lines(mistakes: List[predictions.Mistake],
+                  split: str) -> List[str]:
+  """The ``mistakes`` the model was surest of on ``split``, as a table."""
+  lines = ['', f'## The most confident mistakes on {split}', '']
+  if not mistakes:
+    return lines + [f'The model labelled every {split} example right.']
+  lines += [f'The {split} examples the model got wrong with the highest '
+            f'confidence, at most {MISTAKES_SHOWN}, the start of an error '
+            f'analysis (texts cut to {MISTAKE_TEXT_CHARS} characters):', '',
+            '| text | label | predicted | confidence |',
+            '| --- | --- | --- | ---: |']
+  return lines + [
+      f'| {markdown_cell(mistake.text, MISTAKE_TEXT_CHARS)} | '
+      f'{markdown_cell(mistake.label)} | {markdown_cell(mistake.prediction)} '
+      f'| {mistake.confidence:.4f} |' for mistake in mistakes]
+
+
 @dataclasses.dataclass
 class Evaluation:
   """What the evaluation of an export found."""
@@ -290,6 +343,8 @@ class Evaluation:
   # reliability diagram.
   test_labels: np.ndarray
   test_probabilities: np.ndarray
+  # The test split's MISTAKES_SHOWN most confident mistakes.
+  test_mistakes: List[predictions.Mistake]
 
 
 def write_report(folder: str, evaluation: Evaluation, metadata: Dict,
@@ -318,6 +373,7 @@ def write_report(folder: str, evaluation: Evaluation, metadata: Dict,
     _plot_confusion(metrics[split], split,
                     posixpath.join(folder, confusion_plot(split)))
     lines += _split_lines(metrics[split], split)
+  lines += mistake_lines(evaluation.test_mistakes, raw.TEST)
   if has_history:
     lines += ['', f'![loss and accuracy per epoch]({HISTORY_PLOT})']
   lines += calibration.report_lines(
@@ -366,9 +422,11 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
   selected = {'selected_on': choices.get('on', raw.VALIDATION),
               'refit': bool(choices.get('refit'))}
   metrics = dict(selected)
-  labels, served = {}, {}
+  labels, served, mistakes = {}, {}, {}
   for split in raw.HELD_OUT:
-    labels[split], served[split] = predict_split(signature, data, split)
+    labels[split], served[split], mistakes[split] = predict_split(
+        signature, data, split,
+        mistakes=MISTAKES_SHOWN if split == raw.TEST else 0)
     metrics[split] = classification_metrics(labels[split], served[split],
                                             data.label_names)
     metrics[split]['majority_baseline'] = float(
@@ -385,4 +443,5 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
       EVALUATION: {**selected, **{
           split: {key: metrics[split][key] for _, key, _ in HEADLINE
                   if key in metrics[split]} for split in raw.HELD_OUT}}})
-  return Evaluation(metrics, labels[raw.TEST], served[raw.TEST])
+  return Evaluation(metrics, labels[raw.TEST], served[raw.TEST],
+                    mistakes[raw.TEST])

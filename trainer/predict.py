@@ -27,28 +27,14 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import cli
 from cli import flags
-from schemas import serving
 from serving import exports
+from serving import predictions
+# The rows it prints, still importable from here as before.
+from serving.predictions import predict  # pylint: disable=unused-import
 
 # Texts classified together: the model's batch, and how much of standard
 # input is held at once.
 BATCH_SIZE = 256
-
-
-def predict(signature, label_names: List[str],
-            texts: List[str]) -> List[Dict]:
-  """The seed article's predict(text), for a batch of texts."""
-  outputs = signature(text=[t.encode('utf-8') for t in texts])
-  results = []
-  for index, text in enumerate(texts):
-    probabilities = outputs[serving.PROBABILITIES][index].numpy().tolist()
-    results.append({
-        'text': text,
-        'label': outputs[serving.LABEL][index].numpy().decode('utf-8'),
-        'confidence': float(outputs[serving.CONFIDENCE][index].numpy()),
-        'probabilities': dict(zip(label_names, probabilities)),
-    })
-  return results
 
 
 def given_texts(arguments: List[str]) -> Iterator[Tuple[str, bytes]]:
@@ -71,16 +57,16 @@ def _without_line_end(line: bytes) -> bytes:
 
 
 def decoded(name: str, data: bytes) -> Tuple[Optional[str], bool]:
-  """(the text to classify or None, whether it was UTF-8): None for a blank
-  text, and for one that is not UTF-8, with a warning (classified with
-  replacement characters, its prediction would be of another text)."""
+  """(the text, whether it was UTF-8): None for a text that is not UTF-8,
+  with a warning (classified with replacement characters, its prediction
+  would be of another text)."""
   try:
     text = data.decode('utf-8')
   except UnicodeDecodeError:
     print(f'warning: {name} is not UTF-8 text, not classified',
           file=sys.stderr)
     return None, False
-  return (text if text.strip() else None), True
+  return text, True
 
 
 def _unclassified(data: bytes) -> Dict:
@@ -112,12 +98,10 @@ def classify_in_batches(signature, label_names: List[str],
   gets ``_unclassified``."""
   for batch in _batches(given, batch_size):
     texts = [decoded(name, data) for name, data in batch]
-    wanted = [text for text, _ in texts if text is not None]
-    classified = iter(predict(signature, label_names, wanted) if wanted
-                      else [])
-    for (_, data), (text, utf8) in zip(batch, texts):
-      yield (next(classified) if text is not None else
-             _unclassified(data)), utf8
+    rows = predictions.predict_batch(signature, label_names,
+                                     [text for text, _ in texts])
+    for (_, data), (_, utf8), row in zip(batch, texts, rows):
+      yield row or _unclassified(data), utf8
 
 
 def _batches(items: Iterable, size: int) -> Iterator[List]:
