@@ -82,55 +82,67 @@ def _previous_accuracy(previous: exports.ExportMetadata, folder: str,
   return float((probabilities.argmax(axis=1) == labels).mean()), ''
 
 
+def _against_previous(model_dir: str, accuracy: float, measured_on: str,
+                      refitted: bool, tolerance: float,
+                      data: data_lib.PreprocessedData
+                      ) -> Tuple[Optional[str], Optional[str], Optional[Dict]]:
+  """(what is wrong, else None; a note, else None; the version compared
+  with and its accuracy, else None) of this run's ``accuracy`` against the
+  newest blessed version in ``model_dir``."""
+  try:
+    previous_dir = exports.resolve(model_dir)
+  except exports.ExportError:
+    return None, None, None  # the first version: nothing to compare with
+  try:
+    previous = exports.load_metadata(previous_dir)
+  except exports.ExportError as error:
+    previous_accuracy, why_not = None, str(error)
+  else:
+    previous_accuracy, why_not = _previous_accuracy(
+        previous, previous_dir, measured_on, refitted, data)
+  if previous_accuracy is None:
+    return None, f'not compared with {previous_dir}: {why_not}', None
+  compared_with = {'version': previous.version, 'accuracy': previous_accuracy}
+  if accuracy < previous_accuracy - tolerance:
+    return (f'its accuracy on {measured_on}, {accuracy:.4f}, is more than '
+            f'--bless_tolerance={tolerance:g} below {previous_accuracy:.4f}, '
+            f'that of version {previous.version}, the newest blessed one, '
+            'there'), None, compared_with
+  return None, (f'version {previous.version}, the newest blessed one, has '
+                f'{previous_accuracy:.4f} there'), compared_with
+
+
 def judge(export_dir: str, evaluation: evaluate.Evaluation,
           settings: settings_lib.Settings,
           data: data_lib.PreprocessedData) -> Dict:
-  """Whether the staged export is blessed, and why, against the newest
-  blessed version of the model folder; added to its metadata and
-  returned."""
+  """Whether the staged export is blessed, and why, against the majority
+  class and the newest blessed version of the model folder; added to its
+  metadata and returned."""
   metadata = exports.read_metadata(export_dir)
   refitted_on = (metadata['calibration']['fitted_on']
                  if evaluation.metrics['refit'] else None)
   accuracy, majority, measured_on = held_out_figure(evaluation.metrics,
                                                     refitted_on)
   gain = settings.bless_min_gain_over_majority
-  problems, notes, compared_with = [], [], None
+  problems = []
   if accuracy <= majority + gain:
     problems.append(
         f'its accuracy on {measured_on}, {accuracy:.4f}, is no better than '
         f'{majority:.4f}, that of always answering '
         f'{data.label_names[evaluate.MAJORITY_ID]!r}, the most frequent '
-        f'train class' + (f', by more than {gain:.4f}' if gain else '') +
+        f'train class' + (f', by more than {gain:g}' if gain else '') +
         ': the model has learned nothing that holds there (too few epochs, '
         'too high or low a --learning_rate, or labels the text does not '
         'predict)')
-  try:
-    previous_dir = exports.resolve(settings.model_dir)
-  except exports.ExportError:
-    previous_dir = None
-  if previous_dir:
-    previous = exports.load_metadata(previous_dir)
-    previous_accuracy, why_not = _previous_accuracy(
-        previous, previous_dir, measured_on, bool(refitted_on), data)
-    if previous_accuracy is None:
-      notes.append(f'not compared with version {previous.version}: '
-                   f'{why_not}')
-    else:
-      compared_with = {'version': previous.version,
-                       'accuracy': previous_accuracy}
-      if accuracy < previous_accuracy - settings.bless_tolerance:
-        problems.append(
-            f'its accuracy on {measured_on}, {accuracy:.4f}, is more than '
-            f'--bless_tolerance={settings.bless_tolerance:g} below '
-            f'{previous_accuracy:.4f}, that of version {previous.version}, '
-            'the newest blessed one, there')
-      else:
-        notes.append(f'version {previous.version}, the newest blessed one, '
-                     f'has {previous_accuracy:.4f} there')
+  problem, note, compared_with = _against_previous(
+      settings.model_dir, accuracy, measured_on, bool(refitted_on),
+      settings.bless_tolerance, data)
+  problems += [problem] if problem else []
   blessed = not problems
   reason = '; '.join((problems or [
       f'its accuracy on {measured_on}, {accuracy:.4f}, beats {majority:.4f}, '
-      'that of always answering the most frequent train class']) + notes)
+      'that of always answering the most frequent train class']) +
+                     ([note] if note else []))
   blessing = {
       metadata_lib.BLESSED: blessed, 'reason': reason,
       'measured_on': measured_on, 'accuracy': accuracy,

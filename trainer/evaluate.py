@@ -23,10 +23,11 @@ import tensorflow as tf  # pylint: disable=wrong-import-position
 
 from serving import drift  # pylint: disable=wrong-import-position
 from outputs import ownership  # pylint: disable=wrong-import-position
-from schemas import metadata as metadata_lib  # pylint: disable=wrong-import-position
 from schemas import raw  # pylint: disable=wrong-import-position
 from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
+from schemas.metadata import BLESSED  # pylint: disable=wrong-import-position
+from schemas.metadata import BLESSING  # pylint: disable=wrong-import-position
 from trainer import calibration  # pylint: disable=wrong-import-position
 from trainer import data as data_lib  # pylint: disable=wrong-import-position
 from trainer import model as model_lib  # pylint: disable=wrong-import-position
@@ -285,10 +286,10 @@ def _split_lines(section: Dict, split: str) -> List[str]:
 def blessing_lines(metadata: Dict) -> List[str]:
   """Whether the trainer's gate blessed the version, and why
   (``trainer.blessing``)."""
-  blessing = metadata.get(metadata_lib.BLESSING)
+  blessing = metadata.get(BLESSING)
   if blessing is None:
     return []
-  verdict = ('Blessed' if blessing[metadata_lib.BLESSED] else
+  verdict = ('Blessed' if blessing[BLESSED] else
              'Not blessed, so not served by jobs that name the model folder')
   return [f'{verdict}: {blessing["reason"]}.', '']
 
