@@ -83,6 +83,25 @@ def test_a_worse_retrain_is_not_blessed_and_scoring_serves_the_earlier_one(
                                    'blessing': verdict, 'passed_over': []}
 
 
+def test_a_model_must_beat_the_majority_class_by_the_gain_asked(
+    synthetic_preprocessed, tmp_path, monkeypatch, capsys):
+  # The majority class is right half the time on these reviews: no model
+  # gains 0.6 over it.
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={synthetic_preprocessed}',
+      f'--model_dir={tmp_path}', *TINY_MODEL,
+      '--bless_min_gain_over_majority=0.6')
+  assert status == cli.EXIT_NOT_BLESSED
+  assert ', by more than 0.6: the model has learned nothing' in stderr
+  assert 'none is blessed' in stderr
+  only = exports.resolve(str(tmp_path), blessed_only=False)
+  verdict = exports.load_metadata(only).blessing
+  assert (verdict['min_gain_over_majority'], verdict['compared_with']) == (
+      0.6, None)
+  with pytest.raises(exports.ExportError, match='no blessed export'):
+    exports.resolve(str(tmp_path))
+
+
 def _version(model_dir, number, blessing_section=None):
   folder = fake_version(model_dir, number)
   document = {'label_names': ['neg', 'pos'], 'version': number}
