@@ -14,8 +14,8 @@ from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from schemas import serving
 from schemas import metadata as metadata_lib
+from schemas import serving
 from schemas import transformed
 from schemas.metadata import ExportMetadata
 from schemas.serving import MAX_VERSION
@@ -31,7 +31,7 @@ __all__ = ('AS_ASKED', 'Chosen', 'ExportError', 'ExportMetadata',
 # Why a job serves the export it serves.
 AS_ASKED = 'as asked'  # the folder named is an export: blessed or not
 NEWEST_BLESSED = 'newest blessed'
-NEWEST = 'newest'  # blessed or not: the trainer's own report
+NEWEST = 'newest'  # blessed or not: the report the trainer copies
 
 
 class ExportError(Exception):
