@@ -37,6 +37,9 @@ EXIT_MODEL_FAILED = 5
 # A cluster runner showed no progress for --stall_seconds (a lost worker, a
 # stopped master): the job was cancelled and nothing was published.
 EXIT_NO_PROGRESS = 6
+# The trainer published a version that its gate did not bless: jobs naming
+# the model folder go on serving the newest blessed version.
+EXIT_NOT_BLESSED = 7
 # Stopped by a signal: 128 + its number.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM

@@ -66,8 +66,9 @@ def build_parser() -> flags.Parser:
                             runner=jobs.DEFAULT_RUNNER))
   readers.add_reader_arguments(parser)
   parser.add_argument('--model_dir', required=True, type=flags.folder,
-                      help='The trainer\'s model folder (its newest export '
-                      'is used) or one export version folder.')
+                      help='The trainer\'s model folder (its newest blessed '
+                      'export is used) or one export version folder (used '
+                      'as asked, blessed or not).')
   parser.add_argument('--output_dir', required=True, type=flags.folder,
                       help='Root folder of the scored Parquet files; each '
                       'run publishes it, or its --partition, whole.')

@@ -2,8 +2,11 @@
 
 An export is ``<model_dir>/export/<version>/``: a SavedModel whose
 ``serving_default`` takes raw text, and its metadata. A job names either the
-model folder, and gets its newest complete version, or one version folder.
+model folder, and gets its newest complete blessed version (the trainer's
+gate, ``trainer.blessing``; a version made before the gate counts as
+blessed), or one version folder, which it gets as asked, blessed or not.
 """
+import dataclasses
 import json
 import logging
 import posixpath
@@ -11,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
+from schemas import metadata as metadata_lib
 from schemas import serving
 from schemas import transformed
 from schemas.metadata import ExportMetadata
@@ -18,9 +22,16 @@ from schemas.serving import MAX_VERSION
 from schemas.serving import version_number
 from serving import drift
 
-__all__ = ('ExportError', 'ExportMetadata', 'MAX_VERSION', 'add_metadata',
-           'check_against_graph', 'load', 'load_metadata', 'read_metadata',
-           'resolve', 'version_number', 'versions', 'write_metadata')
+__all__ = ('AS_ASKED', 'Chosen', 'ExportError', 'ExportMetadata',
+           'MAX_VERSION', 'NEWEST', 'NEWEST_BLESSED', 'add_metadata',
+           'check_against_graph', 'choose', 'load', 'load_metadata',
+           'read_metadata', 'resolve', 'version_number', 'versions',
+           'write_metadata')
+
+# Why a job serves the export it serves.
+AS_ASKED = 'as asked'  # the folder named is an export: blessed or not
+NEWEST_BLESSED = 'newest blessed'
+NEWEST = 'newest'  # blessed or not: the report the trainer copies
 
 
 class ExportError(Exception):
@@ -65,26 +76,76 @@ def versions(model_dir: str) -> Dict[int, str]:
   return found
 
 
-def resolve(model_dir: str) -> str:
-  """The export folder: ``model_dir`` itself, or its newest complete version.
+@dataclasses.dataclass(frozen=True)
+class Chosen:
+  """The export a job serves and why: ``AS_ASKED``, ``NEWEST_BLESSED`` or
+  ``NEWEST``; ``passed_over``, the newer complete versions the gate did not
+  bless, as (version, the gate's reason)."""
+  folder: str
+  why: str
+  passed_over: Tuple[Tuple[int, str], ...] = ()
+
+  def record(self) -> Dict:
+    """What a job's manifest says of its choice."""
+    return {'why': self.why, 'passed_over': [
+        {'version': version, 'reason': reason}
+        for version, reason in self.passed_over]}
+
+
+def _not_blessed_because(folder: str) -> Optional[str]:
+  """The gate's reason where the export's metadata says it is not blessed;
+  None where it is, where it predates the gate, and where the metadata
+  cannot be read as one (``load_metadata`` then names the fault)."""
+  try:
+    blessing = read_metadata(folder).get(metadata_lib.BLESSING)
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if isinstance(blessing, dict) and blessing.get(metadata_lib.BLESSED) is False:
+    return str(blessing.get('reason', 'no reason recorded'))
+  return None
+
+
+def choose(model_dir: str, blessed_only: bool = True) -> Chosen:
+  """The export folder a job takes, and why: ``model_dir`` itself if it is
+  an export, as asked; else the newest complete version of the model folder
+  that the trainer's gate blessed (any, ``blessed_only=False``).
 
   A newer version without its graph or its metadata (a copy cut short, a
   version being deleted) is skipped with a warning, so that a job goes on
-  with the newest model it can load.
+  with the newest model it can load; one the gate did not bless, with a
+  warning naming it and why.
   """
   if tf.io.gfile.exists(posixpath.join(model_dir, serving.SAVED_MODEL_FILE)):
-    return model_dir
+    return Chosen(model_dir, AS_ASKED)
   found = versions(model_dir)
+  passed_over = []
   for version in sorted(found, reverse=True):
     folder = found[version]
     missing = _missing_files(folder)
-    if not missing:
-      return folder
-    logging.warning('skipping the incomplete export %s: no %s', folder,
-                    ' or '.join(missing))
+    if missing:
+      logging.warning('skipping the incomplete export %s: no %s', folder,
+                      ' or '.join(missing))
+      continue
+    reason = _not_blessed_because(folder) if blessed_only else None
+    if reason is None:
+      return Chosen(folder, NEWEST_BLESSED if blessed_only else NEWEST,
+                    tuple(passed_over))
+    logging.warning('skipping the export %s, not blessed: %s (name its '
+                    'folder to serve it anyway)', folder, reason)
+    passed_over.append((version, reason))
+  if passed_over:
+    raise ExportError(f'no blessed export in {model_dir}: ' + '; '.join(
+        f'version {version} is not blessed: {reason}'
+        for version, reason in passed_over) + '; name its version folder '
+        f'({found[passed_over[0][0]]}) to serve it anyway')
   raise ExportError(f'no exported model in {model_dir} (expected '
                     f'saved_model.pb, or {serving.EXPORT_DIR}/<version>/ '
                     f'with saved_model.pb and {serving.METADATA_FILE})')
+
+
+def resolve(model_dir: str, blessed_only: bool = True) -> str:
+  """The export folder a job takes (``choose``)."""
+  return choose(model_dir, blessed_only).folder
 
 
 def load_metadata(export_dir: str) -> ExportMetadata:

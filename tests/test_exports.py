@@ -1,7 +1,9 @@
-"""Exports: the newest complete version found, and the metadata every job
-checks against its graph before it uses an export."""
+"""Exports: the newest complete version found, the newest blessed one
+chosen (one named served as asked), and the metadata every job checks
+against its graph before it uses an export."""
 import json
 import logging
+import os
 import pathlib
 import re
 import shutil
@@ -9,6 +11,7 @@ import shutil
 import pytest
 
 import cli
+from schemas import metadata as metadata_lib
 from schemas import serving
 from serving import exports
 from tests.conftest import run_module
@@ -112,3 +115,46 @@ def test_names_that_are_no_versions_are_skipped_by_their_own_path(
     assert exports.resolve(str(tmp_path)) == str(export_root / '7')
   for name in ('007', '\u00b2', '\u0667', str(2**63)):
     assert f'skipping {export_root / name}: not a version' in caplog.text
+
+
+def _version(model_dir, number, blessing_section=None):
+  folder = fake_version(model_dir, number)
+  document = {'label_names': ['neg', 'pos'], 'version': number}
+  if blessing_section is not None:
+    document[metadata_lib.BLESSING] = blessing_section
+  exports.write_metadata(str(folder), document)
+  return str(folder)
+
+
+def test_the_newest_blessed_version_is_chosen_and_one_named_as_asked(
+    tmp_path):
+  before_the_gate = _version(tmp_path, 100)
+  blessed = _version(tmp_path, 200, {'blessed': True, 'reason': 'better'})
+  refused = _version(tmp_path, 300, {'blessed': False, 'reason': 'worse'})
+  fake_version(tmp_path, 400, metadata=False)  # incomplete
+  chosen = exports.choose(str(tmp_path))
+  assert (chosen.folder, chosen.why, chosen.passed_over) == (
+      blessed, exports.NEWEST_BLESSED, ((300, 'worse'),))
+  assert exports.resolve(str(tmp_path), blessed_only=False) == refused
+  assert exports.choose(refused) == exports.Chosen(refused, exports.AS_ASKED)
+
+  os.rename(blessed, blessed + '-kept-aside')
+  # Made before the gate: blessed.
+  assert exports.resolve(str(tmp_path)) == before_the_gate
+  os.rename(before_the_gate, before_the_gate + '-kept-aside')
+  with pytest.raises(exports.ExportError,
+                     match=f'no blessed export in {tmp_path}: version 300 is '
+                     f'not blessed: worse; name its version folder '
+                     rf'\({refused}\)'):
+    exports.resolve(str(tmp_path))
+
+
+def test_the_metadata_says_whether_an_export_is_blessed():
+  parse = metadata_lib.ExportMetadata.parse
+  assert parse({'label_names': ['a']}).blessed
+  assert parse({'label_names': ['a'], 'blessing': {'blessed': True}}).blessed
+  assert not parse({'label_names': ['a'],
+                    'blessing': {'blessed': False}}).blessed
+  for wrong in ({'blessed': 'no'}, {'reason': 'why'}, True):
+    with pytest.raises(ValueError, match='does not say whether it is blessed'):
+      parse({'label_names': ['a'], 'blessing': wrong})

@@ -186,6 +186,11 @@ def test_cross_validation_chooses_and_the_final_model_is_refitted(
   assert fitted['what'] == selection.CROSS_VALIDATION
   assert fitted['examples'] == data.num_examples(raw.TRAIN)
   assert set(fitted['branch_accuracy']) == set(folds['epochs'])
+  # Blessed on what it did not train on: the folds' held-out predictions.
+  blessing = metadata['blessing']
+  assert blessing['blessed']
+  assert blessing['measured_on'] == "cross-validation's held-out predictions"
+  assert blessing['accuracy'] == fitted['after']['accuracy']
   assert metrics['selected_on'] == selection.CROSS_VALIDATION
   assert metrics['refit'] is True
   assert metrics['test']['accuracy'] > 0.9

@@ -3,7 +3,7 @@ output and data it cannot train on refused before any work, an export
 published only once evaluated, a run that fails or is killed leaving the
 previous one as it was, one trainer at a time in a model folder, versions
 numbered past every existing one, and a model no better than the majority
-class."""
+class not blessed."""
 import json
 import logging
 import os
@@ -30,6 +30,7 @@ from tests.conftest import synthetic_reviews
 from tests.conftest import TINY_MODEL
 from tests.conftest import tree
 from tests.conftest import wait_for
+from trainer import blessing
 from trainer import data as data_lib
 from trainer import evaluate
 from trainer import fitting
@@ -202,8 +203,10 @@ def test_a_failed_evaluation_publishes_nothing_and_the_next_run_all(
     assert exports.resolve(str(model_dir)) == previous_export
     raise RuntimeError('evaluation failed')
   monkeypatch.setattr(evaluate, 'evaluate', failing)
+  # A tiny model after the fixture's: blessed whatever it scores, as this
+  # test is of publishing (tests/test_blessing.py has the gate's).
   flags = [f'--data_dir={synthetic_preprocessed}', f'--model_dir={model_dir}',
-           *TINY_MODEL]
+           *TINY_MODEL, '--bless_tolerance=1']
   with pytest.raises(RuntimeError, match='evaluation failed'):
     train.run(flags)
   assert exports.resolve(str(model_dir)) == previous_export
@@ -331,8 +334,8 @@ def test_no_version_beyond_int64_is_published(tmp_path):
     runs.Run(str(tmp_path)).next_version()
 
 
-def test_a_model_no_better_than_the_majority_class_is_a_warning(
-    tmp_path, caplog):
+def test_a_model_no_better_than_the_majority_class_is_not_blessed(
+    tmp_path, monkeypatch, capsys):
   # One text for every document: whatever the model learns, it answers one
   # class for all, which on validation is right at most as often as the
   # train split's majority class.
@@ -342,21 +345,24 @@ def test_a_model_no_better_than_the_majority_class_is_a_warning(
                                (raw.TEST, 20))
           for index in range(count)]
   data_dir = preprocess_rows(tmp_path, rows, '--validation_fraction=0')
-  with caplog.at_level(logging.WARNING):
-    metrics, export_dir = train.run([
-        f'--data_dir={data_dir}', f'--model_dir={tmp_path}/model',
-        *TINY_MODEL])
-  assert metrics[raw.VALIDATION]['majority_baseline'] == 0.6
-  assert "no better than 0.6000, that of always answering 'neg'" in (
-      caplog.text)
-  assert exports.resolve(f'{tmp_path}/model') == export_dir
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={data_dir}',
+      f'--model_dir={tmp_path}/model', *TINY_MODEL)
+  assert status == cli.EXIT_NOT_BLESSED
+  assert "no better than 0.6000, that of always answering 'neg'" in stderr
+  assert 'none is blessed' in stderr
+  # Published all the same, for whoever names it.
+  export_dir = exports.resolve(f'{tmp_path}/model', blessed_only=False)
+  assert exports.read_metadata(export_dir)['evaluation'][raw.VALIDATION][
+      'majority_baseline'] == 0.6
+  with pytest.raises(exports.ExportError, match='no blessed export'):
+    exports.resolve(f'{tmp_path}/model')
 
 
-def test_a_model_better_than_the_majority_class_is_no_warning(caplog):
+def test_a_model_better_than_the_majority_class_beats_it():
   metrics = {raw.VALIDATION: {'accuracy': 0.61, 'majority_baseline': 0.6}}
-  with caplog.at_level(logging.WARNING):
-    evaluate.warn_if_no_better_than_majority(metrics, ['neg', 'pos'])
-  assert not caplog.text
+  assert blessing.held_out_figure(metrics) == (0.61, 0.6,
+                                               'the validation split')
 
 
 def test_a_data_folder_republished_while_training_publishes_nothing(
@@ -422,15 +428,11 @@ def _fail(*_):
   raise RuntimeError('injected')
 
 
-def test_a_refitted_model_is_judged_on_the_folds_held_out_predictions(
-    caplog):
+def test_a_refitted_model_is_judged_on_the_folds_held_out_predictions():
   # Validation was trained on (0.99 there); the folds' held-out figure is
   # what tells.
   metrics = {raw.VALIDATION: {'accuracy': 0.99, 'majority_baseline': 0.6}}
   refitted_on = {'what': 'cross-validation', 'majority_baseline': 0.6,
                  'after': {'accuracy': 0.55}}
-  with caplog.at_level(logging.WARNING):
-    evaluate.warn_if_no_better_than_majority(metrics, ['neg', 'pos'],
-                                             refitted_on)
-  assert ("accuracy on cross-validation's held-out predictions 0.5500 is no "
-          "better than 0.6000") in caplog.text
+  assert blessing.held_out_figure(metrics, refitted_on) == (
+      0.55, 0.6, "cross-validation's held-out predictions")

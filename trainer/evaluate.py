@@ -11,7 +11,6 @@ the figure to quote.
 import csv
 import dataclasses
 import json
-import logging
 import posixpath
 import re
 from typing import Dict, List, Optional
@@ -28,6 +27,8 @@ from outputs import ownership  # pylint: disable=wrong-import-position
 from schemas import raw  # pylint: disable=wrong-import-position
 from schemas import serving  # pylint: disable=wrong-import-position
 from schemas import transformed  # pylint: disable=wrong-import-position
+from schemas.metadata import BLESSED  # pylint: disable=wrong-import-position
+from schemas.metadata import BLESSING  # pylint: disable=wrong-import-position
 from trainer import calibration  # pylint: disable=wrong-import-position
 from trainer import data as data_lib  # pylint: disable=wrong-import-position
 from trainer import model as model_lib  # pylint: disable=wrong-import-position
@@ -335,6 +336,17 @@ def mistake_lines(mistakes: List[predictions.Mistake],
       f'| {mistake.confidence:.4f} |' for mistake in mistakes]
 
 
+def blessing_lines(metadata: Dict) -> List[str]:
+  """Whether the trainer's gate blessed the version, and why
+  (``trainer.blessing``)."""
+  blessing = metadata.get(BLESSING)
+  if blessing is None:
+    return []
+  verdict = ('Blessed' if blessing[BLESSED] else
+             'Not blessed, so not served by jobs that name the model folder')
+  return [f'{verdict}: {blessing["reason"]}.', '']
+
+
 @dataclasses.dataclass
 class Evaluation:
   """What the evaluation of an export found."""
@@ -365,7 +377,7 @@ def write_report(folder: str, evaluation: Evaluation, metadata: Dict,
   lines = [
       '# Evaluation report', '',
       f'Export version {metadata["version"]}, evaluated through its raw-text '
-      'signature.', '',
+      'signature.', '', *blessing_lines(metadata),
       *choice_lines(metadata.get('training', {}).get('choices', {}),
                     metadata.get('data_stats', {})),
       '', *_summary_lines(metrics)]
@@ -383,31 +395,6 @@ def write_report(folder: str, evaluation: Evaluation, metadata: Dict,
             '```', '']
   with tf.io.gfile.GFile(posixpath.join(folder, REPORT_FILE), 'w') as out:
     out.write('\n'.join(lines))
-
-
-def warn_if_no_better_than_majority(metrics: Dict, label_names: List[str],
-                                    refitted_on: Optional[Dict] = None
-                                    ) -> None:
-  """Logs a warning when the model is no more accurate on held-out data than
-  always answering the train split's most frequent class. Not an error: on
-  small or hard data that can be the truth, but a model that learned
-  nothing should not go out unremarked. A model refitted on validation
-  learned it: ``refitted_on`` (the calibration's ``fitted_on``) holds the
-  figures of the cross-validation folds' held-out predictions instead."""
-  held_out, where = metrics[raw.VALIDATION], 'the validation split'
-  if refitted_on:
-    held_out = {'accuracy': refitted_on['after']['accuracy'],
-                'majority_baseline': refitted_on['majority_baseline']}
-    where = f'{refitted_on["what"]}\'s held-out predictions'
-  if held_out['accuracy'] > held_out['majority_baseline']:
-    return
-  logging.warning(
-      'train: accuracy on %s %.4f is no better than %.4f, that of '
-      'always answering %r, the most frequent train class: the model has '
-      'learned nothing that holds there (too few epochs, too high or low a '
-      '--learning_rate, or labels the text does not predict)', where,
-      held_out['accuracy'], held_out['majority_baseline'],
-      label_names[MAJORITY_ID])
 
 
 def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
@@ -433,9 +420,6 @@ def evaluate(export_dir: str, data: data_lib.PreprocessedData) -> Evaluation:
         np.mean(labels[split] == MAJORITY_ID))
     metrics[split]['calibration'] = calibration.evaluate(
         labels[split], served[split], metadata['calibration']['temperature'])
-  warn_if_no_better_than_majority(
-      metrics, data.label_names,
-      metadata['calibration']['fitted_on'] if selected['refit'] else None)
   # What the scoring job measures each partition's drift against: the
   # predictions on data the model never learned from nor was chosen on.
   exports.add_metadata(export_dir, {

@@ -27,6 +27,7 @@ def add_flags(parser: cli_flags.Parser) -> None:
                       'export/, with metrics.json and report.md beside.')
   add_training_args(parser)
   add_choice_args(parser)
+  add_blessing_args(parser)
   add_cache_args(parser)
   add_branch_args(parser)
   add_model_args(parser)
@@ -87,6 +88,26 @@ def add_choice_args(parser) -> None:
                       help='After cross-validation, train the final model on '
                       'train + validation, calibrated on the folds\' '
                       'held-out predictions; default: with --folds.')
+
+
+def add_blessing_args(parser) -> None:
+  """The flags of the gate a version passes to be served by default
+  (``trainer.blessing``)."""
+  parser.add_argument('--bless_min_gain_over_majority',
+                      type=cli_flags.number(0, 1, high_open=True),
+                      default=0.0,
+                      help='A version is blessed (served by jobs that name '
+                      'the model folder) only if its accuracy on what chose '
+                      'it (validation, or cross-validation\'s held-out '
+                      'predictions; never test) beats always answering the '
+                      'majority class by more than this.')
+  parser.add_argument('--bless_tolerance', type=cli_flags.number(0, 1),
+                      default=0.01,
+                      help='A version is blessed only if it is at most this '
+                      'much less accurate than the newest blessed version '
+                      'before it, both measured as for '
+                      '--bless_min_gain_over_majority on this run\'s data; '
+                      '1: judged against the majority class alone.')
 
 
 def add_cache_args(parser) -> None:

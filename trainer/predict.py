@@ -119,7 +119,9 @@ def build_parser() -> flags.Parser:
   parser = flags.Parser(__doc__.split('\n\n')[0], module='trainer.predict',
                         fromfile_prefix_chars=None)
   parser.add_argument('--model_dir', required=True, type=flags.folder,
-                      help='The trainer\'s model folder or one export folder.')
+                      help='The trainer\'s model folder (its newest blessed '
+                      'export is used) or one export folder (used as asked, '
+                      'blessed or not).')
   parser.add_argument('--json', action='store_true',
                       help='One JSON object a line: text, label, confidence, '
                       'probabilities.')

@@ -123,11 +123,12 @@ def report_dir(export_dir: str) -> str:
 
 
 def copy_report(model_dir: str) -> None:
-  """Copies the newest version's report to the model folder's top, where
-  readers look for it; a run killed before it had copied is made good by
-  the next, which copies again when it starts."""
+  """Copies the newest version's report, blessed or not (it says which),
+  to the model folder's top, where readers look for it; a run killed
+  before it had copied is made good by the next, which copies again when
+  it starts."""
   try:
-    newest = exports.resolve(model_dir)
+    newest = exports.resolve(model_dir, blessed_only=False)
   except exports.ExportError:
     return
   folder = report_dir(newest)

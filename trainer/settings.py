@@ -58,6 +58,8 @@ class Settings:
   cache_memory_share: float
   ngram_epochs: int        # the n-gram branch's most epochs
   ngram_learning_rate: float
+  bless_min_gain_over_majority: float
+  bless_tolerance: float
   verbose: bool
   params: model_lib.ModelParams
 

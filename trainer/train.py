@@ -16,18 +16,19 @@ document count, the temperature and the hybrid's branch weights) is chosen
 by grouped cross-validation over the train split or on the validation
 split, as --folds says; the most epochs from the size of the train split.
 Saves a raw-text SavedModel, staged, evaluates that export on validation
-and, once, on test, and only then publishes it as a version, with
-metrics.json and a report with plots. One trainer at a time in a model
-folder (``trainer.lock``); a run that fails or is killed leaves the
-previous one's files as they were (``trainer.runs``).
+and, once, on test, judges whether it is blessed (``trainer.blessing``:
+served by jobs that name the model folder) and only then publishes it as a
+version, with metrics.json and a report with plots. One trainer at a time
+in a model folder (``trainer.lock``); a run that fails or is killed leaves
+the previous one's files as they were (``trainer.runs``).
 
 ``run`` is the recipe; each step is a module of its own: the flags
 (``trainer.flags``) and what they resolve to on the data
 (``trainer.settings``), the folds (``trainer.folds``), the fit
 (``trainer.fitting``, one branch in ``trainer.branch_fit``, the n-gram
 branch's counts in ``trainer.ngram_fit``, what it reads in
-``trainer.inputs``), the export's evaluation (``trainer.evaluate``) and
-publishing (``trainer.publishing``).
+``trainer.inputs``), the export's evaluation (``trainer.evaluate``), its
+blessing (``trainer.blessing``) and publishing (``trainer.publishing``).
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
@@ -35,6 +36,7 @@ import time
 
 import cli
 from cli import flags
+from trainer import blessing as blessing_lib
 from trainer import evaluate
 from trainer import fitting
 from trainer import flags as trainer_flags
@@ -57,8 +59,10 @@ def parse_args(argv):
 
 def run(argv=None):
   """The training job: the flags resolved on the data once, the folds
-  dealt, the model fitted, its export saved, evaluated and only then
-  published; returns (metrics, the export's folder)."""
+  dealt, the model fitted, its export saved, evaluated, judged and only
+  then published; returns (metrics, the export's folder), or raises
+  ``blessing.NotBlessed`` once a version the gate did not bless is
+  published."""
   args = parse_args(argv)
   started = time.time()
   settings, data = settings_lib.settings_from_args(args)
@@ -69,9 +73,14 @@ def run(argv=None):
     trained = fitting.fit(settings, data, run_folders, planned)
     publishing.save(trained, settings, data, run_folders)
     evaluation = evaluate.evaluate(run_folders.export, data)
+    blessing = blessing_lib.judge(run_folders.export, evaluation, settings,
+                                  data)
     export_dir = publishing.publish(evaluation, data, run_folders)
     publishing.log_summary(trained, evaluation, export_dir,
                            settings.model_dir, started)
+  # Published either way, to be inspected and served by name; a nightly
+  # retrain that jobs will not serve must not end as if it were.
+  blessing_lib.check(blessing, export_dir, settings.model_dir)
   return evaluation.metrics, export_dir
 
 

@@ -203,7 +203,8 @@ class RawTextModelHandler(base.ModelHandler[Sequence[Dict],
 
   def update_model_path(self, model_path: Optional[str] = None):
     """A model folder or export given as a side input (RunInference's
-    ``model_metadata_pcoll``): its newest complete version is loaded."""
+    ``model_metadata_pcoll``): its newest complete blessed version is
+    loaded."""
     if model_path:
       self._export_dir = exports.resolve(model_path)
       self._metadata = None

@@ -103,6 +103,10 @@ def manifest(args, settings: Settings, tally: records.Tally, result,
       'input': args.input,
       'model_dir': settings.export_dir,
       'model_version': settings.metadata.version,
+      # Why this version: as asked, or the newest the trainer blessed (and
+      # the newer ones it did not), with the trainer's verdict.
+      'model_choice': {**settings.chosen.record(),
+                       'blessing': settings.metadata.blessing},
       'label_names': settings.label_names,
       'partition': args.partition,
       'counts': {
@@ -145,8 +149,8 @@ def log_summary(written: Dict, seconds: float, final_dir: str) -> None:
   logging.log(
       logging.WARNING if duplicates else logging.INFO,
       'score: read %d documents in %.1f s (%.0f/s) -> scored %d, rejected %d%s'
-      '%s; model version %s; output %s', counts['read'], seconds,
+      '%s; model version %s (%s); output %s', counts['read'], seconds,
       counts['read'] / seconds, counts['scored'], counts['rejected'], ''.join(
           f', {n} {reason}'
           for reason, n in counts['rejected_by_reason'].items()), duplicates,
-      written['model_version'], final_dir)
+      written['model_version'], written['model_choice']['why'], final_dir)

@@ -71,6 +71,7 @@ class Settings:
   kept: KeptColumns      # --keep_fields
   kept_schema: pa.Schema  # their output columns, with the input's types
   export_dir: str
+  chosen: exports.Chosen  # why export_dir: as asked, the newest blessed
   metadata: exports.ExportMetadata
   batch_size: int
   codec: str
@@ -122,7 +123,8 @@ def settings_from_args(args) -> Settings:
     config = readers.read_config_from_args(
         args, format=matched.format, label_field=None,
         keep_fields=tuple(dict.fromkeys(field for field, _ in kept)))
-    export_dir = exports.resolve(args.model_dir)
+    chosen = exports.choose(args.model_dir)
+    export_dir = chosen.folder
     metadata = exports.load_metadata(export_dir)
     if metadata.version is None:
       raise ValueError(f'{export_dir} has no version in its metadata: an '
@@ -137,7 +139,7 @@ def settings_from_args(args) -> Settings:
   except (ValueError, exports.ExportError) as error:  # ReaderError is one
     raise cli.JobError(str(error)) from error
   return Settings(args.output_dir, partition, matched, config, kept,
-                  kept_schema, export_dir, metadata, args.batch_size,
+                  kept_schema, export_dir, chosen, metadata, args.batch_size,
                   args.parquet_codec, args.max_rejected_fraction,
                   args.allow_schema_change)
 
