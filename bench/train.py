@@ -24,6 +24,7 @@ split with the whole official test split.
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -232,6 +233,10 @@ def train_run(name: str, corpus: str, corpus_dir: str, pattern: str,
   python = sys.executable
   data_dir = os.path.join(run_dir, 'preprocessed')
   model_dir = os.path.join(run_dir, 'model')
+  # A model folder of the run's own: a retrain into a reused one would be
+  # judged against the version before it (the trainer's blessing), which
+  # costs time and can refuse a seed's model.
+  shutil.rmtree(model_dir, ignore_errors=True)
   run_process([python, '-m', 'pipeline.preprocess',
                f'--input={os.path.join(corpus_dir, pattern)}'.rstrip('/'),
                f'--output_dir={data_dir}', '--overwrite',
