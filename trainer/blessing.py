@@ -77,8 +77,8 @@ def _previous_accuracy(previous: exports.ExportMetadata, folder: str,
     signature, _ = exports.load(folder, previous)
   except exports.ExportError as error:
     return None, str(error)
-  labels, probabilities = evaluate.predict_split(signature, data,
-                                                 raw.VALIDATION)
+  labels, probabilities, _ = evaluate.predict_split(signature, data,
+                                                    raw.VALIDATION)
   return float((probabilities.argmax(axis=1) == labels).mean()), ''
 
 
