@@ -8,6 +8,7 @@ import pytest
 
 from clusters import spark
 from tests import runner_checks
+from tests.conftest import wait_for
 from tests.runner_checks import Fault
 from tests.runner_checks import preprocessed_by_default  # pylint: disable=unused-import
 
@@ -94,17 +95,23 @@ def test_a_lost_spark_worker_ends_the_run(own_cluster, trained, tmp_path):
 
 def test_a_stopped_spark_cluster_ends_the_run(own_cluster, trained, tmp_path):
   """The cluster's services stopped as a service manager stops them: every
-  process of each, the Worker's executors with it (a Worker's own SIGTERM
-  may leave its executor to finish the job)."""
+  process of each, the Worker's executors with it, also one the Worker
+  launched while it stopped (a Worker's own SIGTERM may leave its executor
+  to finish the job). Each service runs in a process group of its own,
+  which its executors share."""
+  def gone(group):
+    try:
+      os.killpg(group, signal.SIGKILL)  # what is left of it
+    except ProcessLookupError:
+      return True
+    return False
+
   def stop_the_cluster(*_):
     for role in ('worker', 'master'):
-      process = own_cluster.processes[role]
-      for pid in [process.pid, *runner_checks.descendants(process.pid)]:
-        try:
-          os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-          pass
-      process.wait(timeout=60)
+      group = own_cluster.processes[role].pid
+      os.killpg(group, signal.SIGTERM)
+      own_cluster.processes[role].wait(timeout=60)
+      wait_for(lambda: gone(group), seconds=60)
 
   runner_checks.a_fault_ends_the_run(
       [*own_cluster.runner_flags, STALL], trained, tmp_path,
