@@ -7,6 +7,7 @@ import os
 import shutil
 import types
 
+import numpy as np
 import pytest
 
 import cli
@@ -118,3 +119,27 @@ def test_a_refitted_model_is_compared_on_recorded_figures_of_the_same_data():
                                                   measured_on, True, data)
   assert accuracy is None
   assert 'not recorded' in why_not
+
+
+def test_the_version_before_is_read_by_its_own_label_order():
+  """A retrain on new data may order the same classes otherwise."""
+  probabilities = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+  ours = np.array([0, 0, 1])  # pos, pos, neg in this run's order
+  assert blessing.accuracy(ours, probabilities, ['pos', 'neg'],
+                           ['pos', 'neg']) == pytest.approx(1 / 3)
+  # The same answers under columns named the other way round.
+  assert blessing.accuracy(ours, probabilities[:, ::-1], ['neg', 'pos'],
+                           ['pos', 'neg']) == pytest.approx(1 / 3)
+
+
+def test_a_version_refitted_on_this_validation_split_is_not_compared():
+  previous = metadata_lib.ExportMetadata.parse({
+      'label_names': ['neg', 'pos'], 'version': 1,
+      'preprocessing_fingerprint': 'same data', 'training': {'refit': True}})
+  data = types.SimpleNamespace(fingerprint='same data',
+                               label_names=['neg', 'pos'])
+  # pylint: disable=protected-access
+  accuracy, why_not = blessing._previous_accuracy(
+      previous, 'unused', 'the validation split', False, data)
+  assert accuracy is None
+  assert 'refitted on this run\'s validation split' in why_not

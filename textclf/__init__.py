@@ -3,7 +3,7 @@ programs, in one process, with no Beam.
 
     import textclf
 
-    classifier = textclf.load('work/model')       # its newest version
+    classifier = textclf.load('work/model')       # its newest blessed version
     classifier.predict(['I was charged twice'])    # a row a text
     classifier.predict(texts, as_frame=True)       # a pandas DataFrame
     classifier.mistakes(texts, labels, n=10)       # its surest mistakes

@@ -8,8 +8,8 @@ Both are judged on what chose the model, never on the test split, which
 chooses nothing: the validation split's accuracy, or, where ``--refit``
 trained on validation, that of the cross-validation folds' held-out
 predictions. The version before is measured on the same figures: served on
-this run's validation split (labels other than this run's make it
-incomparable), or, after a refit, its recorded figure where it was trained
+this run's validation split, its classes read by name (other classes, or a
+version refitted on this very split, make it incomparable), or, after a refit, its recorded figure where it was trained
 on the same preprocessing output and measured the same way; a version that
 cannot be compared is said to be so, and the gate judges against the
 majority class alone.
@@ -70,16 +70,34 @@ def _previous_accuracy(previous: exports.ExportMetadata, folder: str,
       return recorded['accuracy'], ''
     return None, (f'its accuracy on {measured_on} of this run\'s data is '
                   'not recorded')
-  if list(previous.label_names) != list(data.label_names):
+  if previous.document.get('training', {}).get('refit') and (
+      previous.document.get('preprocessing_fingerprint') == data.fingerprint):
+    return None, (f'it was refitted on this run\'s {raw.VALIDATION} split, '
+                  'so its accuracy there says nothing')
+  if sorted(previous.label_names) != sorted(data.label_names):
     return None, (f'its labels {list(previous.label_names)} are not this '
                   f'run\'s {list(data.label_names)}')
   try:
     signature, _ = exports.load(folder, previous)
   except exports.ExportError as error:
     return None, str(error)
-  labels, probabilities, _ = evaluate.predict_split(signature, data,
-                                                    raw.VALIDATION)
-  return float((probabilities.argmax(axis=1) == labels).mean()), ''
+  try:
+    labels, probabilities, _ = evaluate.predict_split(signature, data,
+                                                      raw.VALIDATION)
+  except Exception as error:  # pylint: disable=broad-except
+    # The version before failing is no fault of this run's model.
+    return None, f'it fails on this run\'s {raw.VALIDATION} split: {error}'
+  return accuracy(labels, probabilities, previous.label_names,
+                  data.label_names), ''
+
+
+def accuracy(label_ids, probabilities, their_names, our_names) -> float:
+  """The accuracy of ``probabilities`` whose columns are ``their_names``
+  against ``label_ids`` of ``our_names``: the same classes, perhaps in
+  another order (the vocabulary is ordered by frequency, which a retrain on
+  new data can swap)."""
+  columns = [list(their_names).index(name) for name in our_names]
+  return float((probabilities[:, columns].argmax(axis=1) == label_ids).mean())
 
 
 def _against_previous(model_dir: str, accuracy: float, measured_on: str,
@@ -149,7 +167,9 @@ def judge(export_dir: str, evaluation: evaluate.Evaluation,
       'majority_baseline': majority, 'min_gain_over_majority': gain,
       'tolerance': settings.bless_tolerance, 'compared_with': compared_with}
   exports.add_metadata(export_dir, {metadata_lib.BLESSING: blessing})
-  logging.log(logging.INFO if blessed else logging.WARNING,
+  # Blessed without the comparison asked for: a scheduler's log shows it.
+  uncompared = bool(note) and note.startswith('not compared')
+  logging.log(logging.WARNING if uncompared or not blessed else logging.INFO,
               'train: the export is %sblessed: %s', '' if blessed else 'not ',
               reason)
   return blessing
