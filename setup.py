@@ -24,9 +24,10 @@ REQUIRED = [
 ]
 
 EXTRAS = {
-    # The trainer's TensorBoard logs and the report's PNG plots: needed where
-    # models are trained, not on the workers that preprocess or score.
-    'trainer': ['tensorboard>=2.21', 'matplotlib>=3.9'],
+    # The trainer's TensorBoard logs, the report's PNG plots and the n-gram
+    # branch's convex solver (scipy): needed where models are trained, not on
+    # the workers that preprocess or score.
+    'trainer': ['tensorboard>=2.21', 'matplotlib>=3.9', 'scipy>=1.13'],
     # Beam's DaskRunner (pipeline.dask_runner): the client and every worker
     # of the cluster.
     'dask': ['dask>=2026.8', 'distributed>=2026.8'],

@@ -17,7 +17,8 @@ The flags of each run are those of ``configs/<name>/preprocess.args`` and
 Corpora derived from IMDB, written as JSONL beside it: ``imdb_sentences``,
 the first sentence of each review (about 20 words; the official split and
 the movie groups kept), and ``imdb_2k``, 2,000 reviews of the official train
-split with the whole official test split.
+split with the whole official test split; ``tickets`` is the benchmarks'
+own 500 support tickets (``bench/tickets.py``).
 
     python bench/train.py [--only imdb_seed,defaults:imdb_sentences,...]
 """
@@ -45,6 +46,9 @@ CORPORA = {
     'imdb_2k': ('imdb', 'imdb_2k.jsonl'),
     'spamassassin': ('spamassassin', '*/*'),
     'sms': ('sms', 'sms.csv'),
+    # The benchmarks' own 500 support tickets (bench/tickets.py), not
+    # fetched.
+    'tickets': (None, 'tickets.csv'),
 }
 # Each configuration of configs/ on its own corpus, then the defaults on
 # every corpus.
@@ -152,7 +156,7 @@ def corpus_splits(corpus_dir: str, corpus: str, input_pattern: str,
   from schemas import raw  # pylint: disable=import-outside-toplevel
 
   grouping = splits_lib.Grouping(pattern=policy[2])
-  if corpus == 'sms':
+  if input_pattern.endswith('.csv'):
     import csv  # pylint: disable=import-outside-toplevel
     with open(os.path.join(corpus_dir, input_pattern), encoding='utf-8') as f:
       rows = [(r['text'], r['label'], None, None) for r in csv.DictReader(f)]
@@ -193,6 +197,8 @@ def prepare_corpus(corpus: str, work: str, cache: str) -> tuple:
   """(corpus folder, input below it): fetched, and derived where the
   corpus is derived."""
   dataset, pattern = CORPORA[corpus]
+  if dataset is None:
+    return os.path.dirname(os.path.abspath(__file__)), pattern
   run_process([sys.executable, '-m', 'pipeline.datasets', 'fetch', dataset,
                '--dest', work, '--cache', cache])
   corpus_dir = os.path.join(work, {'imdb': 'aclImdb'}.get(dataset, dataset))

@@ -147,7 +147,7 @@ def hybrid(tmp_path_factory):
       '--model=hybrid', '--epochs=1',
       '--ngram_epochs=1', '--batch_size=16', '--embed_dim=8', '--ff_dim=8',
       '--ngram_min_count=1', '--transformer_vocab=20', '--seed=3',
-      '--folds=0'])
+      '--folds=0', '--transformer_min_examples=0'])
   settings, data = settings_lib.settings_from_args(args)
   run = runs.Run(settings.model_dir)
   trained = fitting.fit(settings, data, run)

@@ -3,6 +3,7 @@ raw-text export contract, the cache budget, the default epochs, the
 metrics."""
 import json
 import logging
+import re
 
 import keras
 import numpy as np
@@ -265,10 +266,19 @@ def test_default_epochs_make_about_the_target_steps(train_examples, epochs):
 
 
 def test_without_folds_validation_chooses_the_ngram_minimum_count(
-    synthetic_preprocessed, tmp_path):
+    synthetic_preprocessed, tmp_path, capfd, caplog):
+  caplog.set_level(logging.INFO)
   metrics, export_dir = train.run([
       f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
-      '--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--folds=0'])
+      '--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--folds=0',
+      '--transformer_min_examples=0', '--ngram_fit=epochs'])
+  # A line an epoch of each fit, with its figures; not Keras' blocks
+  # (those only with --verbose).
+  assert 'Epoch 1/' not in capfd.readouterr().out
+  assert re.search(r' transformer_logits: epoch 1 of at most \d+, accuracy '
+                   r'[0-9.]+, loss [0-9.]+, val_accuracy', caplog.text)
+  assert re.search(r' ngram_logits \(in at least \d+ documents\): \d+ epochs '
+                   r'in [0-9.]+ s, last', caplog.text)
   training = exports.read_metadata(export_dir)['training']
   assert training['model'] == 'hybrid'
   data = data_lib.PreprocessedData.load(str(synthetic_preprocessed))

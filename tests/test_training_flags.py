@@ -28,7 +28,8 @@ def train_args(*flags):
 def transformer_schedule(*flags):
   """The transformer's schedule as ``flags`` set it."""
   settings = settings_lib.Settings.of(train_args(*flags), epochs=1,
-                                      ngram_epochs=1, folds=0, refit=False)
+                                      ngram_epochs=1, folds=0, refit=False,
+                                      ngram_fit='epochs')
   return settings.schedule(model_lib.TRANSFORMER_LOGITS)
 
 
@@ -48,12 +49,18 @@ def test_the_flags_resolve_once_into_frozen_settings(synthetic_preprocessed,
   epochs = settings_lib.default_epochs(data.num_examples(raw.TRAIN), 32)
   assert (settings.epochs, settings.ngram_epochs) == (epochs, epochs)
   assert (settings.folds, settings.refit) == (selection.FOLDS, True)
-  # Every flag in the export's metadata, as resolved; the folders as their
-  # links lead.
+  # Too few examples for the hybrid's transformer, few enough for the
+  # convex solver.
+  assert data.num_examples(raw.TRAIN) < settings_lib.TRANSFORMER_MIN_EXAMPLES
+  assert (settings.model, settings.params.model) == ('hybrid', 'nbsvm')
+  assert settings.ngram_fit == 'convex'
+  # Every flag in the export's metadata, as resolved (the model as fitted);
+  # the folders as their links lead.
   assert settings.record() == {
       **parsed, 'data_dir': os.path.realpath(synthetic_preprocessed),
       'model_dir': os.path.realpath(tmp_path), 'epochs': epochs,
-      'ngram_epochs': epochs, 'folds': selection.FOLDS, 'refit': True}
+      'ngram_epochs': epochs, 'folds': selection.FOLDS, 'refit': True,
+      'model': 'nbsvm', 'ngram_fit': 'convex'}
   # The n-gram branch: its own epochs (as cross-validation chose them, when
   # it did) and learning rate, no warm-up or weight decay.
   assert settings.schedule(model_lib.NGRAM_LOGITS, 7) == settings_lib.Schedule(

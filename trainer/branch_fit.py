@@ -1,8 +1,10 @@
 """One branch of the model fitted alone: its optimizer on its schedule,
 early stopping and the run's checkpoint, history and TensorBoard logs, and
 a loss that is not finite failing the run."""
+import logging
 import posixpath
 import sys
+import time
 from typing import Optional
 import warnings
 
@@ -40,7 +42,7 @@ def optimizer(schedule: settings_lib.Schedule, steps: int):
 
 
 def callbacks(monitor: str, patience: int, scratch: str, logs: str,
-              stop_early: bool = True):
+              stop_early: bool = True, verbose: bool = False):
   """Early stopping on ``monitor`` (unless the epochs are chosen already),
   and the run's checkpoint and history in ``scratch`` and TensorBoard logs
   in ``logs``."""
@@ -52,7 +54,8 @@ def callbacks(monitor: str, patience: int, scratch: str, logs: str,
                                   '}', '}}')
   return [
       *([keras.callbacks.EarlyStopping(monitor=monitor, patience=patience,
-                                       restore_best_weights=True, verbose=1)]
+                                       restore_best_weights=True,
+                                       verbose=int(verbose))]
         if stop_early else []),
       keras.callbacks.ModelCheckpoint(
           checkpoint, monitor=monitor, save_best_only=stop_early,
@@ -61,6 +64,37 @@ def callbacks(monitor: str, patience: int, scratch: str, logs: str,
       keras.callbacks.CSVLogger(posixpath.join(scratch,
                                                evaluate.HISTORY_FILE)),
   ]
+
+
+class Progress(keras.callbacks.Callback):
+  """What a person reads of a fit, in place of Keras' own lines: one line
+  an epoch where ``each_epoch`` (a final fit, whose epochs can take
+  minutes), and one at the end with the epochs run and the last figures."""
+
+  def __init__(self, label: str, epochs: int, each_epoch: bool):
+    super().__init__()
+    self.label, self.epochs, self.each_epoch = label, epochs, each_epoch
+    self.started = self.logs = None
+    self.run = 0
+
+  def on_train_begin(self, logs=None):
+    self.started = time.time()
+
+  def on_epoch_end(self, epoch, logs=None):
+    self.run, self.logs = epoch + 1, dict(logs or {})
+    if self.each_epoch:
+      logging.info('%s: epoch %d of at most %d, %s (%.0f s)', self.label,
+                   self.run, self.epochs, _figures(self.logs),
+                   time.time() - self.started)
+
+  def on_train_end(self, logs=None):
+    logging.info('%s: %d epochs in %.1f s, last %s', self.label, self.run,
+                 time.time() - self.started, _figures(self.logs or {}))
+
+
+def _figures(logs: dict) -> str:
+  return ', '.join(f'{name} {value:.4f}' for name, value in logs.items()
+                   if name.endswith(('loss', 'accuracy')))
 
 
 class StopOnNaN(keras.callbacks.Callback):
@@ -88,13 +122,16 @@ class StopOnNaN(keras.callbacks.Callback):
 def fit_branch(settings: settings_lib.Settings, model, branch: str,
                data: inputs_lib.Inputs, folders,
                epochs: Optional[int] = None,
-               held_out: Optional[selection.HeldOutFold] = None):
+               held_out: Optional[selection.HeldOutFold] = None,
+               label: Optional[str] = None):
   """Trains one branch of ``model`` alone, for at most ``epochs`` (chosen
   by cross-validation; else its flag's), with its scratch and log
   ``folders``; returns its history. With ``held_out`` (a fold of
   cross-validation), that callback measures every epoch and stops the
   fold; without, ``data.validation`` measures it, and stops training early
-  unless the epochs were chosen by cross-validation."""
+  unless the epochs were chosen by cross-validation. Logged as ``label``
+  (else the branch's name): a line a fold, a line an epoch of a final fit;
+  Keras' own lines with --verbose."""
   schedule = settings.schedule(branch, epochs)
   trained = model_lib.branch_model(model, branch)
   steps = -(-data.train_examples // settings.batch_size) * schedule.epochs
@@ -116,11 +153,14 @@ def fit_branch(settings: settings_lib.Settings, model, branch: str,
         epochs=schedule.epochs,
         callbacks=[nan_guard, *([held_out] if held_out else []),
                    *callbacks(settings.monitor, settings.patience, *folders,
-                              stop_early)],
+                              stop_early, settings.verbose),
+                   Progress(label or branch, schedule.epochs,
+                            each_epoch=held_out is None)],
         # The dataset reshuffles itself every epoch.
         shuffle=False,
-        # A progress bar on a terminal, a line an epoch in logs.
-        verbose=1 if sys.stdout.isatty() else 2)
+        # With --verbose, Keras' progress bar on a terminal, its line an
+        # epoch in logs; else Progress's lines alone.
+        verbose=(1 if sys.stdout.isatty() else 2) if settings.verbose else 0)
   if nan_guard.failure:
     epoch, losses = nan_guard.failure
     found = ', '.join(f'{name} {value}' for name, value in losses.items())

@@ -247,9 +247,23 @@ def choice_lines(choices: Dict, data_stats: Dict) -> List[str]:
              'temperature and any branch weights.' +
              (f' Its records: {_chosen_by(splits, on)}.' if splits else '')]
     lines += ngram_choice_lines(choices)
-  return lines + ['', 'The test split chose nothing and is reported once, '
-                  'here.' + (f' Its records: {_chosen_by(splits, raw.TEST)}.'
-                             if splits else '')]
+  return lines + fitting_lines(choices) + [
+      '', 'The test split chose nothing and is reported once, here.' +
+      (f' Its records: {_chosen_by(splits, raw.TEST)}.' if splits else '')]
+
+
+def fitting_lines(choices: Dict) -> List[str]:
+  """How the model was fitted, where the training split's size chose it:
+  the hybrid reduced to its n-gram branch, the branch's solver."""
+  lines = []
+  if choices.get('transformer_skipped'):
+    lines.append(choices['transformer_skipped'] + '.')
+  if choices.get('ngram_fit') == 'convex':
+    lines.append('The n-gram branch was fitted by a convex solver on the '
+                 'whole of its training documents at once, with the penalty '
+                 f'chosen with its minimum count ({choices["ngram_penalty"]:g}'
+                 ').')
+  return ['', ' '.join(lines)] if lines else []
 
 
 def cross_validation_lines(choices: Dict) -> List[str]:
@@ -279,9 +293,14 @@ def cross_validation_lines(choices: Dict) -> List[str]:
     for candidate in tried:
       setting = ', '.join(f'{key} {value}' for key, value
                           in candidate['setting'].items()) or '–'
-      chosen = (candidate['epochs'] == folds['epochs'][branch] and
-                candidate['setting'].get('ngram_min_count') in (
-                    None, folds.get('ngram_min_count')))
+      # Runs from before the choice recorded each branch's setting had
+      # one candidate a minimum count.
+      chosen_setting = folds.get('settings', {}).get(branch)
+      chosen = (candidate['epochs'] == folds['epochs'][branch] and (
+          candidate['setting'] == chosen_setting
+          if chosen_setting is not None else
+          candidate['setting'].get('ngram_min_count') in (
+              None, folds.get('ngram_min_count'))))
       lines.append(f'| {branch} | {setting} | {candidate["epochs"]} | '
                    f'{candidate["mean"]:.4f} | {candidate["std"]:.4f} | '
                    f'{"yes" if chosen else ""} |')

@@ -83,7 +83,7 @@ def fit(settings: settings_lib.Settings, data: data_lib.PreprocessedData,
   model = model_lib.build_model(
       data.vocab_size, data.max_len, len(data.label_names), start.params,
       ngram_branch and ngram_branch.vocabulary)
-  model.summary(print_fn=logging.info)
+  model.summary(print_fn=logging.debug)
   histories = fit_branches(settings, model, run, start, ngram_branch, seconds)
   fitted = calibrate(settings, model, start)
   return Trained(model, histories, time.time() - started, fitted,
@@ -112,6 +112,11 @@ def fit_ngram_branch(settings: settings_lib.Settings,
   # The hybrid's n-gram branch, and each count a search tries, write
   # beside, not over, the run's own files.
   params = start.params
+  if settings.ngram_fit == 'convex':
+    if start.choice:
+      return ngram_fit.refit_convex(data, params, start.table,
+                                    start.choice.ngram_penalty)
+    return ngram_fit.fit_convex(settings, params, data, start.inputs)
   base = ((run.scratch, run.logs) if params.model == 'nbsvm' and
           params.ngram_min_count else
           tuple(posixpath.join(folder, model_lib.NGRAM_LOGITS)
@@ -165,8 +170,16 @@ def choices(settings: settings_lib.Settings, start: Start,
                         for part, value in seconds.items()}}
   if choice:
     chosen['cross_validation'] = choice.describe()
+  if settings.transformer_skipped:
+    chosen['transformer_skipped'] = (
+        f'--model={settings.model} was fitted as its n-gram branch alone: '
+        f'the train split has fewer than --transformer_min_examples='
+        f'{settings.transformer_min_examples} examples')
   if ngram_branch:
     chosen['ngram_min_count'] = ngram_branch.min_count
+    chosen['ngram_fit'] = settings.ngram_fit
+    if ngram_branch.penalty is not None:
+      chosen['ngram_penalty'] = ngram_branch.penalty
     if not choice:
       # In the order tried: JSON objects lose it.
       chosen['tried'] = [[count, score]

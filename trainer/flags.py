@@ -150,6 +150,21 @@ def add_branch_args(parser) -> None:
                       'alone, their logits weighted on held-out predictions: '
                       'the cross-validation folds\' or the validation '
                       'split\'s, as --folds chooses).')
+  parser.add_argument('--transformer_min_examples', type=cli_flags.integer(0),
+                      default=settings_lib.TRANSFORMER_MIN_EXAMPLES,
+                      help='--model=hybrid on a train split of fewer '
+                      'examples is fitted as its n-gram branch alone (nbsvm), '
+                      'as the report says; 0: never.')
+  parser.add_argument('--ngram_fit', choices=('auto',
+                                              *settings_lib.NGRAM_FITS),
+                      default='auto',
+                      help='How the n-gram branch is fitted: convex (a '
+                      'full-batch solver over the train split\'s n-grams in '
+                      'memory, its penalty chosen with the minimum count), '
+                      'epochs (Keras mini-batch epochs, streamed: '
+                      '--ngram_epochs, --ngram_learning_rate), or auto: '
+                      'convex where the train split has at most '
+                      f'{settings_lib.CONVEX_MAX_EXAMPLES:,} examples.')
   parser.add_argument('--ngram_epochs', type=cli_flags.integer(1), default=None,
                       help='Most epochs of the n-gram branch (nbsvm, '
                       'hybrid); default: as --epochs.')

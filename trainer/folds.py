@@ -3,8 +3,9 @@
 minimum count to try) fitted in each fold and read on the fold it did not
 see; ``trainer.selection`` scores and chooses."""
 import dataclasses
+import logging
 import posixpath
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from trainer import data as data_lib
 from trainer import inputs as inputs_lib
 from trainer import model as model_lib
 from trainer import ngram_fit
+from trainer import ngram_solver
 from trainer import ngrams
 from trainer import runs
 from trainer import selection
@@ -72,6 +74,10 @@ def cross_validate(settings: settings_lib.Settings,
   candidates = {}
   for branch in params.branches:
     is_ngram = branch == model_lib.NGRAM_LOGITS
+    if is_ngram and settings.ngram_fit == 'convex':
+      candidates[branch] = convex_candidates(settings, params, data, planned,
+                                             table)
+      continue
     tried = []
     for min_count in (ngram_fit.min_counts(params) if is_ngram else (None,)):
       candidate = held_out_candidate(settings, params, data, planned, table,
@@ -128,6 +134,62 @@ def held_out_candidate(settings: settings_lib.Settings,
         settings, model, branch,
         inputs_lib.in_memory(settings, examples.take(fitted_rows), None),
         tuple(posixpath.join(folder, CROSS_VALIDATION_DIR, name)
-              for folder in (run.scratch, run.logs)), held_out=held_out)
+              for folder in (run.scratch, run.logs)), held_out=held_out,
+        label=f'cross-validation: {name} of {settings.folds}')
     candidate.add_fold(np.flatnonzero(fold_of == fold), held_out.logits)
   return candidate
+
+
+def convex_candidates(settings: settings_lib.Settings,
+                      params: model_lib.ModelParams,
+                      data: data_lib.PreprocessedData, planned: Folds,
+                      table: ngrams.DocumentNgrams
+                      ) -> List[selection.Candidate]:
+  """The n-gram branch fitted by the convex solver in each fold at every
+  minimum count and, strongest first, each penalty until
+  ``ngram_solver.PATIENCE`` are no better: a candidate each pair, read on
+  the fold it did not see; a JobError where no count leaves an n-gram in
+  every fold."""
+  labels, monitor = planned.train.labels, settings.monitor
+  better = max if monitor == 'val_accuracy' else min
+  found = []
+  for min_count in ngram_fit.min_counts(params):
+    paths = []  # each fold's held-out rows and solutions, in step
+    for fold in range(settings.folds):
+      fitted_rows = np.flatnonzero(planned.fold_of != fold)
+      held_out_rows = np.flatnonzero(planned.fold_of == fold)
+      try:
+        vocabulary = table.vocabulary(len(data.label_names), fitted_rows,
+                                      min_count)
+      except ValueError:
+        break  # a count above every n-gram's in this fold
+      paths.append((held_out_rows, ngram_solver.held_out_path(
+          table, fitted_rows, held_out_rows, vocabulary)))
+    if len(paths) < settings.folds:
+      continue
+    tried, best, since_best = [], None, 0
+    for strength in ngram_solver.STRENGTHS:
+      candidate = selection.Candidate(
+          model_lib.NGRAM_LOGITS, {'ngram_min_count': min_count,
+                                   'ngram_penalty': strength})
+      for held_out_rows, path in paths:
+        _, logits = next(path)
+        candidate.add_fold(held_out_rows, [logits.astype(np.float32)])
+      tried.append(candidate.summary(labels, monitor))
+      found.append(candidate)
+      if best is None or better(tried[-1]['mean'], best) != best:
+        best, since_best = tried[-1]['mean'], 0
+      else:
+        since_best += 1
+        if since_best >= ngram_solver.PATIENCE:
+          break
+    logging.info('cross-validation: %s in at least %d documents, fitted by '
+                 'the convex solver: held-out %s by penalty %s',
+                 model_lib.NGRAM_LOGITS, min_count, monitor,
+                 ', '.join(f'{summary["setting"]["ngram_penalty"]:g}: '
+                           f'{summary["mean"]:.4f} ± {summary["std"]:.4f}'
+                           for summary in tried))
+  if not found:
+    raise ngram_fit.no_ngram(ngram_fit.min_counts(params), int(min(
+        np.sum(planned.fold_of != fold) for fold in range(settings.folds))))
+  return found

@@ -1,17 +1,24 @@
-"""The n-gram branch fitted alone at each minimum document count to try,
-largest first, until one is no better on validation than the best before
-it; the best kept."""
+"""The n-gram branch fitted alone, as --ngram_fit says: by Keras epochs at
+each minimum document count to try, largest first, until one is no better
+on validation than the best before it; or by the convex solver
+(``trainer.ngram_solver``) at every count and penalty, all of them cheap.
+The best on validation kept."""
 import dataclasses
+import itertools
 import logging
 import posixpath
 from typing import Optional
+
+import numpy as np
 
 import cli
 from trainer import branch_fit
 from trainer import data as data_lib
 from trainer import inputs as inputs_lib
 from trainer import model as model_lib
+from trainer import ngram_solver
 from trainer import ngrams
+from trainer import selection
 from trainer import settings as settings_lib
 
 # Without --ngram_min_count, the n-gram branch is trained with each of these
@@ -31,6 +38,7 @@ class NgramBranch:
   history: dict
   min_count: int
   scores: dict  # min count tried: best validation --monitor
+  penalty: Optional[float] = None  # the solver's, where it fitted it
 
 
 def min_counts(params: model_lib.ModelParams):
@@ -67,13 +75,15 @@ def fit_ngram_branch(settings: settings_lib.Settings,
         dataclasses.replace(params, model='nbsvm'), vocabulary)
     folders = base if len(counts) == 1 else tuple(
         posixpath.join(folder, f'min_count_{min_count}') for folder in base)
-    history = branch_fit.fit_branch(settings, trial, model_lib.NGRAM_LOGITS,
-                                    fitting, folders, epochs)
+    history = branch_fit.fit_branch(
+        settings, trial, model_lib.NGRAM_LOGITS, fitting, folders, epochs,
+        label=f'{model_lib.NGRAM_LOGITS} (in at least {min_count} documents)')
     scores[min_count] = (better(history[monitor])
                          if monitor in history else None)
-    logging.info('n-grams in at least %d training documents: %d, validation '
-                 '%s %s', min_count, len(vocabulary.keys), monitor,
-                 scores[min_count])
+    logging.info('n-grams in at least %d training documents: %d%s',
+                 min_count, len(vocabulary.keys),
+                 '' if scores[min_count] is None else
+                 f', best validation {monitor} {scores[min_count]:.4f}')
     if chosen and better(scores[min_count], best) == best:
       break  # no better than a larger count: lower ones memorise more
     best = scores[min_count]
@@ -82,6 +92,92 @@ def fit_ngram_branch(settings: settings_lib.Settings,
   if chosen is None:
     raise no_ngram(counts)
   return chosen
+
+
+def fit_convex(settings: settings_lib.Settings,
+               params: model_lib.ModelParams,
+               data: data_lib.PreprocessedData,
+               fitting: inputs_lib.Inputs) -> NgramBranch:
+  """The n-gram branch fitted by the convex solver on the train split at
+  each minimum count and penalty to try, the best on the validation split
+  kept (the first of equals: the largest count, the strongest penalty)."""
+  train_batches = list(fitting.train_once)
+  table = ngrams.DocumentNgrams.fit(
+      itertools.chain(train_batches, fitting.validation), params.ngram_order)
+  train_rows = np.arange(sum(len(labels) for _, labels in train_batches))
+  validation_rows = np.arange(len(train_rows), len(table.labels))
+  measure, better = _measure(settings.monitor)
+  labels = table.labels[validation_rows]
+  chosen, best, scores = None, None, {}
+  for min_count in min_counts(params):
+    try:
+      vocabulary = table.vocabulary(len(data.label_names), train_rows,
+                                    min_count)
+    except ValueError:
+      continue  # a count above every n-gram's of a small corpus
+    count_best, since_best = None, 0
+    for solution, logits in ngram_solver.held_out_path(
+        table, train_rows, validation_rows, vocabulary):
+      score = measure(logits, labels)
+      if chosen is None or better(score, best) != best:
+        chosen, best = (vocabulary, solution, min_count), score
+      if count_best is None or better(score, count_best) != count_best:
+        count_best, since_best = score, 0
+      else:
+        since_best += 1
+        if since_best >= ngram_solver.PATIENCE:
+          break
+    scores[min_count] = count_best
+    logging.info('n-grams in at least %d training documents: %d, best '
+                 'validation %s %.4f', min_count, len(vocabulary.keys),
+                 settings.monitor, scores[min_count])
+  if chosen is None:
+    raise no_ngram(min_counts(params))
+  vocabulary, solution, min_count = chosen
+  return convex_branch(data, params, vocabulary, solution, min_count, scores,
+                       {settings.monitor: [best]})
+
+
+def refit_convex(data: data_lib.PreprocessedData,
+                 params: model_lib.ModelParams,
+                 table: ngrams.DocumentNgrams, penalty: float
+                 ) -> NgramBranch:
+  """The n-gram branch fitted by the convex solver on every document of
+  ``table`` at the count and penalty cross-validation chose."""
+  vocabulary = table.vocabulary(len(data.label_names),
+                                min_count=params.ngram_min_count)
+  solution = ngram_solver.solve(
+      ngram_solver.Design.of(table, np.arange(len(table.labels)), vocabulary),
+      penalty)
+  return convex_branch(data, params, vocabulary, solution,
+                       params.ngram_min_count, {}, {})
+
+
+def convex_branch(data: data_lib.PreprocessedData,
+                  params: model_lib.ModelParams,
+                  vocabulary: ngrams.Vocabulary,
+                  solution: ngram_solver.Solution, min_count: int,
+                  scores: dict, held_out: dict) -> NgramBranch:
+  """The ``NgramBranch`` of a solver's ``solution`` over ``vocabulary``."""
+  layer = model_lib.build_model(
+      data.vocab_size, data.max_len, len(data.label_names),
+      dataclasses.replace(params, model='nbsvm'),
+      vocabulary).get_layer(model_lib.NGRAM_LOGITS)
+  solution.set_layer_weights(layer)
+  logging.info('n-gram branch: %d n-grams, penalty %g, fitted in %d solver '
+               'iterations, training loss %.4f', len(vocabulary.keys),
+               solution.strength, solution.iterations, solution.loss)
+  return NgramBranch(vocabulary, layer.get_weights(),
+                     {'loss': [solution.loss], **held_out}, min_count,
+                     scores, solution.strength)
+
+
+def _measure(monitor: str):
+  """The held-out figure ``monitor`` names, of (logits, labels), and which
+  of two is better."""
+  if monitor == 'val_accuracy':
+    return selection.accuracy, max
+  return selection.loss, min
 
 
 def no_ngram(counts, fewest: Optional[int] = None) -> cli.JobError:

@@ -243,6 +243,8 @@ class Choice:
   folds: int
   epochs: Dict[str, int]              # by branch
   ngram_min_count: Optional[int]
+  ngram_penalty: Optional[float]      # the convex solver's, where it fitted
+  settings: Dict[str, Dict]           # by branch: the chosen candidate's
   tried: Dict[str, List[Dict]]        # by branch: each candidate's summary
   logits: np.ndarray                  # [examples, branches, classes]
   labels: np.ndarray
@@ -253,7 +255,8 @@ class Choice:
     return {'folds': self.folds, 'groups': self.groups,
             'monitor': self.monitor,
             'examples': int(len(self.labels)), 'epochs': self.epochs,
-            'ngram_min_count': self.ngram_min_count, 'tried': self.tried}
+            'ngram_min_count': self.ngram_min_count,
+            'settings': self.settings, 'tried': self.tried}
 
 
 def choose(candidates: Dict[str, List[Candidate]], branches: List[str],
@@ -274,6 +277,8 @@ def choose(candidates: Dict[str, List[Candidate]], branches: List[str],
       folds=folds,
       epochs={b: c.best_epoch(labels, monitor) for b, c in chosen.items()},
       ngram_min_count=ngram and ngram.setting['ngram_min_count'],
+      ngram_penalty=ngram and ngram.setting.get('ngram_penalty'),
+      settings={b: c.setting for b, c in chosen.items()},
       tried={b: [c.summary(labels, monitor) for c in tried]
              for b, tried in candidates.items()},
       logits=logits, labels=labels, groups=groups, monitor=monitor)
