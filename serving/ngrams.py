@@ -1,9 +1,11 @@
 """N-grams of token ids: the fingerprints that name them wherever they are
-counted or looked up.
+counted or looked up, and the n-gram statistics as the preprocessing job
+wrote them.
 
-The trainer's n-gram branch looks n-grams up by these fingerprints, inside
-the model and so inside the export (``trainer.ngrams``), and whatever
-counts n-grams for it must name them alike: one definition, here, in plain
+The preprocessing job counts the train split's n-grams by these
+fingerprints (``pipeline.preprocessing.ngram_counts``) and the trainer's
+n-gram branch looks them up by the same ones, inside the model and so
+inside the export (``trainer.ngrams``): one definition, here, in plain
 TensorFlow ops, which XLA compiles and Beam's workers run without the
 trainer.
 
@@ -12,6 +14,11 @@ order and ids: two polynomial hashes modulo the Mersenne prime 2**31 - 1,
 with different bases, side by side; no step can overflow int64. Padding
 takes no part: an n-gram that runs into it is no n-gram.
 """
+import json
+import posixpath
+import typing
+
+import numpy as np
 import tensorflow as tf
 
 from schemas import transformed
@@ -25,6 +32,8 @@ _SPREAD = 1_597_334_677
 FINGERPRINT_BITS = 62
 # What stands where there is no n-gram.
 NO_NGRAM = -1
+_COLUMNS = (transformed.NGRAM_FINGERPRINT, transformed.NGRAM_ORDER,
+            transformed.NGRAM_LABEL_ID, transformed.NGRAM_DOCUMENTS)
 
 
 def ngram_fingerprints(token_ids, order: int) -> tf.Tensor:
@@ -66,3 +75,52 @@ def fingerprints(token_ids, max_order: int):
   present = tf.logical_and(tf.not_equal(values, NO_NGRAM),
                            tf.not_equal(values, previous))
   return tf.where(present, values, tf.constant(NO_NGRAM, tf.int64)), present
+
+
+class NgramStatistics(typing.NamedTuple):
+  """The n-grams in at least transformed.NGRAM_MIN_DOCUMENTS train
+  documents."""
+  keys: np.ndarray    # int64 [n-grams], sorted fingerprints
+  counts: np.ndarray  # int64 [n-grams, classes]: train documents holding it
+
+
+def read_statistics(data_dir: str, max_order: int,
+                    num_classes: int) -> NgramStatistics:
+  """The n-gram statistics the preprocessing job wrote in ``data_dir``, of
+  the n-grams of up to ``max_order`` tokens; ValueError when it wrote none
+  of that order, or their files do not hold what stats.json counts."""
+  with tf.io.gfile.GFile(posixpath.join(data_dir, transformed.STATS_FILE),
+                         'r') as stats_file:
+    section = json.load(stats_file).get(transformed.NGRAMS_STATS)
+  if not section:
+    raise ValueError(f'{data_dir} holds no n-gram statistics: it was '
+                     'preprocessed by a version that did not count them')
+  if max_order > section['max_order']:
+    raise ValueError(
+        f'{data_dir} counts n-grams of up to {section["max_order"]} tokens, '
+        f'not of {max_order}')
+  files = sorted(tf.io.gfile.glob(posixpath.join(
+      data_dir, transformed.ngram_file_pattern())))
+  columns = {name: [np.zeros(0, np.int64)] for name in _COLUMNS}
+  for record in tf.data.TFRecordDataset(files, compression_type='GZIP'):
+    features = tf.train.Example.FromString(record.numpy()).features.feature
+    for name, values in columns.items():
+      values.append(np.array(features[name].int64_list.value, np.int64))
+  keys, orders, labels, documents = (np.concatenate(columns[name])
+                                     for name in _COLUMNS)
+  kept = orders <= max_order
+  keys, rows = np.unique(keys[kept], return_inverse=True)
+  expected = sum(count for order, count in section['kept_by_order'].items()
+                 if int(order) <= max_order)
+  if len(keys) != expected or labels.max(initial=0) >= num_classes:
+    raise ValueError(
+        f'{data_dir}\'s n-gram statistics are not whole: {len(keys)} n-grams '
+        f'of up to {max_order} tokens in its files, {expected} in '
+        f'{transformed.STATS_FILE}, label ids up to {labels.max(initial=0)} '
+        f'of {num_classes} classes')
+  # Each (n-gram, label) is one row: the sum only places it.
+  counts = np.bincount(rows.reshape(-1) * num_classes + labels[kept],
+                       weights=documents[kept],
+                       minlength=len(keys) * num_classes)
+  return NgramStatistics(keys, counts.astype(np.int64).reshape(
+      len(keys), num_classes))
