@@ -48,8 +48,9 @@ CHOSEN_BY_DATA, CHOSEN_BY_GROUP, CHOSEN_BY_TEXT = 'data', 'group', 'text'
 # <NGRAM_FILE_PREFIX>-<shard>-of-<shards>.tfrecord.gz of tf.Examples, each a
 # run of rows in four int64 lists of one length: the n-gram's fingerprint,
 # its order, a label id and the documents of that label holding it, one row
-# for each label with any. The branch's minimum document counts are
-# thresholds over these counts, so the smallest it tries is
+# for each label with any; a record's rows are sorted by fingerprint, the
+# records in no order a reader may rely on. The branch's minimum document
+# counts are thresholds over these counts, so the smallest it tries is
 # NGRAM_MIN_DOCUMENTS.
 NGRAM_FILE_PREFIX = 'ngrams'
 NGRAM_FINGERPRINT = 'fingerprint'

@@ -104,8 +104,13 @@ def read_statistics(data_dir: str, max_order: int,
   columns = {name: [np.zeros(0, np.int64)] for name in _COLUMNS}
   for record in tf.data.TFRecordDataset(files, compression_type='GZIP'):
     features = tf.train.Example.FromString(record.numpy()).features.feature
-    for name, values in columns.items():
-      values.append(np.array(features[name].int64_list.value, np.int64))
+    run = [np.array(features[name].int64_list.value, np.int64)
+           for name in _COLUMNS]
+    if len({len(values) for values in run}) != 1:
+      raise ValueError(f'{data_dir}\'s n-gram statistics hold a record whose '
+                       f'{", ".join(_COLUMNS)} differ in length')
+    for name, values in zip(_COLUMNS, run):
+      columns[name].append(values)
   keys, orders, labels, documents = (np.concatenate(columns[name])
                                      for name in _COLUMNS)
   kept = orders <= max_order

@@ -12,6 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from pipeline import preprocess
 from pipeline.preprocessing import ngram_counts
@@ -100,6 +101,19 @@ def test_statistics_that_are_missing_or_not_whole_are_refused(
   classes = len(stats['labels']['names'])
   with pytest.raises(ValueError, match='up to 3 tokens, not of 4'):
     serving_ngrams.read_statistics(str(output), 4, classes)
+  ragged = shutil.copytree(output, tmp_path / 'ragged')
+  with tf.io.TFRecordWriter(
+      str(ragged / f'{transformed.NGRAM_FILE_PREFIX}-ragged'
+          f'{transformed.TFRECORD_SUFFIX}'), 'GZIP') as writer:
+    writer.write(tf.train.Example(features=tf.train.Features(feature={
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        for name, values in ((transformed.NGRAM_FINGERPRINT, [5, 6]),
+                             (transformed.NGRAM_ORDER, [1, 1]),
+                             (transformed.NGRAM_LABEL_ID, [0]),
+                             (transformed.NGRAM_DOCUMENTS, [2, 2]))
+    })).SerializeToString())
+  with pytest.raises(ValueError, match='differ in length'):
+    serving_ngrams.read_statistics(str(ragged), 3, classes)
   cut = shutil.copytree(output, tmp_path / 'cut')
   (largest, *_) = sorted(cut.glob(transformed.ngram_file_pattern()),
                          key=lambda path: -path.stat().st_size)
