@@ -7,7 +7,8 @@ Reads any format of ``pipeline.readers``, rejects bad records to
 ``_rejected/``, assigns each good one to train, validation or test, learns
 the vocabulary on train alone with tensorflow-transform, and writes the three
 splits as gzip TFRecords of transformed features next to ``transform_fn/``,
-``stats.json`` and the parameters the trainer and the scorer need.
+the train split's n-gram statistics, ``stats.json`` and the parameters the
+trainer and the scorer need.
 
 Splits come from the data (``--split_field``, or train/ and test/ folders)
 or else from a stable hash of each record's group (``--group_field``,
@@ -38,6 +39,7 @@ from pipeline import rejections
 from pipeline import tfrecords
 from pipeline import transform
 from pipeline.preprocessing import examples
+from pipeline.preprocessing import ngram_counts
 from pipeline.preprocessing import settings as settings_lib
 from pipeline.preprocessing import splits
 from pipeline.preprocessing import stats as stats_lib
@@ -203,6 +205,10 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
           examples.EncodeExamples(split)).with_outputs(records.STATS,
                                                        main='examples')
       stats.append(encoded[records.STATS])
+      if split == raw.TRAIN:
+        stats.append(transformed_batches | 'NgramStatistics' >> (
+            ngram_counts.CountNgrams(posixpath.join(
+                staging, transformed.NGRAM_FILE_PREFIX))))
       _ = encoded.examples | f'Write{split}' >> tfrecords.WriteTFRecordBatches(
           posixpath.join(staging, split),
           file_name_suffix=transformed.TFRECORD_SUFFIX)
@@ -222,6 +228,7 @@ def build_pipeline(pipeline, settings: settings_lib.Settings, staging: str):
 # input pattern.
 LAYOUT = outputs.Layout(
     contents=(*(transformed.split_file_pattern(split) for split in raw.SPLITS),
+              transformed.ngram_file_pattern(),
               tft.TFTransformOutput.TRANSFORM_FN_DIR + '/**',
               tft.TFTransformOutput.TRANSFORMED_METADATA_DIR + '/**',
               transformed.STATS_FILE, transformed.PARAMS_FILE,

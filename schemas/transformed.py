@@ -40,3 +40,29 @@ STATS_FILE = 'stats.json'
 # record's split there: the data, a hash of the record's group, of its text.
 SPLITS_STATS = 'splits'
 CHOSEN_BY_DATA, CHOSEN_BY_GROUP, CHOSEN_BY_TEXT = 'data', 'group', 'text'
+
+# The n-gram statistics of the train split, for the trainer's n-gram branch:
+# every n-gram of 1 to NGRAM_MAX_ORDER token ids (named by its fingerprint,
+# ``serving.ngrams``) that NGRAM_MIN_DOCUMENTS or more train documents hold,
+# and how many documents of each class hold it. Gzip TFRecord files
+# <NGRAM_FILE_PREFIX>-<shard>-of-<shards>.tfrecord.gz of tf.Examples, each a
+# run of rows in four int64 lists of one length: the n-gram's fingerprint,
+# its order, a label id and the documents of that label holding it, one row
+# for each label with any; a record's rows are sorted by fingerprint, the
+# records in no order a reader may rely on. The branch's minimum document
+# counts are thresholds over these counts, so the smallest it tries is
+# NGRAM_MIN_DOCUMENTS.
+NGRAM_FILE_PREFIX = 'ngrams'
+NGRAM_FINGERPRINT = 'fingerprint'
+NGRAM_ORDER = 'order'
+NGRAM_LABEL_ID = LABEL_ID
+NGRAM_DOCUMENTS = 'documents'
+NGRAM_MAX_ORDER = 3
+NGRAM_MIN_DOCUMENTS = 2
+# stats.json's section on them: NGRAM_MAX_ORDER, NGRAM_MIN_DOCUMENTS and the
+# n-grams kept of each order.
+NGRAMS_STATS = 'ngrams'
+
+
+def ngram_file_pattern() -> str:
+  return f'{NGRAM_FILE_PREFIX}-*{TFRECORD_SUFFIX}'

@@ -32,6 +32,7 @@ from schemas import raw
 from schemas import scored
 from schemas import serving
 from schemas import transformed
+from serving import ngrams as serving_ngrams
 from tests.conftest import dead_letters
 from tests.conftest import float32_approx
 from tests.conftest import start_scoring
@@ -141,6 +142,15 @@ def parsed_examples(output_dir, split):
   return sorted(examples, key=lambda example: example[transformed.ID])
 
 
+def ngram_statistics(output_dir, stats):
+  """The n-gram statistics as the trainer reads them: equal tuples are the
+  same n-grams with the same counts."""
+  found = serving_ngrams.read_statistics(
+      str(output_dir), transformed.NGRAM_MAX_ORDER,
+      len(stats['labels']['names']))
+  return found.keys.tolist(), found.counts.tolist()
+
+
 def vocabularies(output_dir):
   assets = os.path.join(output_dir, tft.TFTransformOutput.TRANSFORM_FN_DIR,
                         'assets')
@@ -158,6 +168,9 @@ def preprocesses_as_the_default_runner(flags, preprocessed_by_default,
       'malformed_record': 1, 'empty_text': 1, 'missing_label': 1,
       'label_not_in_train': 1}
   assert vocabularies(output_dir) == vocabularies(default_dir)
+  statistics = ngram_statistics(output_dir, stats)
+  assert statistics == ngram_statistics(default_dir, default_stats)
+  assert statistics[0]
   for split in raw.SPLITS:
     examples = parsed_examples(output_dir, split)
     assert examples == parsed_examples(default_dir, split), split

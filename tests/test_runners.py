@@ -24,6 +24,7 @@ from pipeline.preprocessing import splits as split_lib
 from pipeline.scoring import inference
 from schemas import raw
 from schemas import scored
+from schemas import transformed
 from clusters import processes
 from tests import runner_checks
 from tests.conftest import REPO
@@ -119,6 +120,7 @@ def test_preprocess_on_the_portable_runner(portable_runner, tmp_path):
                                           'test': 40}}
   assert sorted(stats['labels']['names']) == ['neg', 'pos']
   assert glob.glob(str(tmp_path / 'pre' / 'train-*.tfrecord.gz'))
+  assert glob.glob(str(tmp_path / 'pre' / transformed.ngram_file_pattern()))
 
 
 def test_score_on_the_portable_runner(portable_runner, trained, tmp_path):

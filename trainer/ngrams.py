@@ -32,57 +32,14 @@ from keras import ops
 import numpy as np
 import tensorflow as tf
 
-from schemas import transformed
+from serving.ngrams import FINGERPRINT_BITS
+from serving.ngrams import fingerprints
 
 _PACKAGE = 'beam_text_classifier'
-# Two polynomial hashes modulo the Mersenne prime 2**31 - 1, with different
-# bases, make a 62-bit fingerprint; no step can overflow int64.
-_MODULUS = 2**31 - 1
-_BASES = (1_000_003, 998_244_353)
-# A polynomial hash of a short n-gram of small ids is itself small;
-# multiplying by a large constant modulo the prime (a bijection) spreads
-# the fingerprints evenly, which the search index relies on.
-_SPREAD = 1_597_334_677
-_FINGERPRINT_BITS = 62
-_NO_NGRAM = -1
 # The binary search first jumps to the vocabulary's entries that share the
 # fingerprint's top bits (about 8 of them), then takes this many steps:
 # enough for 127 entries, which random fingerprints never come near.
 _SEARCH_STEPS = 7
-
-
-def fingerprints(token_ids, max_order: int):
-  """Each document's distinct n-gram fingerprints, sorted, and which
-  entries are real.
-
-  Returns (fingerprints, present), both [batch, length * max_order]; an
-  n-gram that occurs several times is present once (binarized features);
-  an entry that is not present is -1.
-  """
-  token_ids = ops.cast(token_ids, 'int64')
-  length = ops.shape(token_ids)[1]
-  padded = ops.pad(token_ids, [[0, 0], [0, max_order - 1]],
-                   constant_values=transformed.PAD_ID)
-  found = []
-  for order in range(1, max_order + 1):
-    # The order is the hash's first term: a bigram and a trigram differ.
-    hashes = [ops.full_like(token_ids, order) for _ in _BASES]
-    complete = ops.ones_like(token_ids, dtype='bool')
-    for offset in range(order):
-      ids = padded[:, offset:offset + length]
-      complete = ops.logical_and(complete,
-                                 ops.not_equal(ids, transformed.PAD_ID))
-      hashes = [ops.mod(h * base + ids, _MODULUS)
-                for h, base in zip(hashes, _BASES)]
-    hashes = [ops.mod(h * _SPREAD, _MODULUS) for h in hashes]
-    found.append(ops.where(complete, hashes[0] * 2**31 + hashes[1],
-                           _NO_NGRAM))
-  values = ops.sort(ops.concatenate(found, axis=1), axis=-1)
-  previous = ops.pad(values[:, :-1], [[0, 0], [1, 0]],
-                     constant_values=_NO_NGRAM)
-  present = ops.logical_and(ops.not_equal(values, _NO_NGRAM),
-                            ops.not_equal(values, previous))
-  return ops.where(present, values, _NO_NGRAM), present
 
 
 def log_count_ratios(counts: np.ndarray, alpha: float = 1.0) -> np.ndarray:
@@ -204,14 +161,14 @@ class NgramLogits(layers.Layer):
     self.dropout = dropout
     self.seed = seed
     self.seed_generator = keras.random.SeedGenerator(seed)
-    self.shift = _FINGERPRINT_BITS - index_bits(size)
+    self.shift = FINGERPRINT_BITS - index_bits(size)
 
   def build(self, input_shape):
     self.keys = self.add_weight(shape=(self.size,), dtype='int64',
                                 initializer='zeros', trainable=False,
                                 name='keys')
     self.starts = self.add_weight(
-        shape=(2**(_FINGERPRINT_BITS - self.shift) + 1,), dtype='int64',
+        shape=(2**(FINGERPRINT_BITS - self.shift) + 1,), dtype='int64',
         initializer='zeros', trainable=False, name='starts')
     self.ratios = self.add_weight(shape=(self.size, self.num_classes),
                                   initializer='zeros', trainable=False,

@@ -12,6 +12,7 @@ from tensorflow_transform import analyzers as tft_analyzers
 
 from pipeline import filesystems
 from pipeline import records
+from pipeline.preprocessing import ngram_counts
 from pipeline.preprocessing import splits
 from pipeline.preprocessing.settings import Settings
 from schemas import raw
@@ -90,6 +91,18 @@ def summarize(tally: records.Tally, staging: str, max_len: int,
       },
       'token_length': _token_length_stats(tally.lengths, max_len),
       transformed.SPLITS_STATS: _split_stats(tally, grouped_by),
+      transformed.NGRAMS_STATS: _ngram_stats(tally),
+  }
+
+
+def _ngram_stats(tally: records.Tally) -> Dict:
+  """What the n-gram statistics' files hold, for their reader to check."""
+  kept = tally.bins.get(ngram_counts.KEPT_BY_ORDER, {})
+  return {
+      'max_order': transformed.NGRAM_MAX_ORDER,
+      'min_documents': transformed.NGRAM_MIN_DOCUMENTS,
+      'kept_by_order': {str(order): kept.get(order, 0) for order in range(
+          1, transformed.NGRAM_MAX_ORDER + 1)},
   }
 
 

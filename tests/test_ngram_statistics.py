@@ -1,0 +1,169 @@
+"""The n-gram statistics: counted by the preprocessing job on the runner
+(the train split's n-grams in transformed.NGRAM_MIN_DOCUMENTS documents or
+more, by class), read back by ``serving.ngrams`` as the trainer's
+in-memory count of the train split (``trainer.ngrams.DocumentNgrams``)
+gives them, at every minimum count the trainer tries."""
+import json
+import random
+import shutil
+
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipeline import preprocess
+from pipeline.preprocessing import ngram_counts
+from schemas import raw
+from schemas import transformed
+from serving import ngrams as serving_ngrams
+from tests.conftest import write_jsonl
+from trainer import data as data_lib
+from trainer import model as model_lib
+from trainer import ngram_fit
+from trainer import ngrams
+
+WORDS = [f'w{n}' for n in range(40)]
+LABELS = ('a', 'b', 'c')
+
+
+def corpus(count, seed):
+  """Records of three classes over a small vocabulary, many longer than the
+  max_len of 12 the job cuts them to, some of words outside the token
+  vocabulary of 25 the job keeps."""
+  rng = random.Random(seed)
+  rows = []
+  for i in range(count):
+    label = rng.choice(LABELS)
+    words = rng.choices(WORDS[:30] if label == 'a' else WORDS[10:],
+                        k=rng.randint(1, 20))
+    rows.append({'id': str(i), 'text': ' '.join(words), 'label': label})
+  return rows
+
+
+@pytest.fixture(scope='module')
+def preprocessed(tmp_path_factory):
+  """(output folder, stats) of the job on a small corpus."""
+  folder = tmp_path_factory.mktemp('ngram-statistics')
+  write_jsonl(folder / 'rows.jsonl', corpus(300, 0))
+  output = folder / 'preprocessed'
+  stats = preprocess.run([f'--input={folder}/rows.jsonl',
+                          f'--output_dir={output}', '--max_len=12',
+                          '--vocab_size=25', '--test_fraction=0.2'])
+  return output, stats
+
+
+def test_the_trainer_tries_only_counts_the_statistics_hold():
+  assert min(ngram_fit.MIN_COUNTS) >= transformed.NGRAM_MIN_DOCUMENTS
+  assert model_lib.ModelParams().ngram_order <= transformed.NGRAM_MAX_ORDER
+
+
+@pytest.mark.parametrize('max_order', [1, 2, 3])
+def test_the_statistics_are_the_trainers_count_of_the_train_split(
+    preprocessed, max_order):
+  output, stats = preprocessed
+  classes = len(stats['labels']['names'])
+  train = data_lib.Examples.load(data_lib.PreprocessedData.load(str(output)),
+                                 raw.TRAIN)
+  assert (train.token_ids == transformed.OOV_ID).any()
+  counted = ngrams.DocumentNgrams.fit(train.dataset(37), max_order)
+  found = serving_ngrams.read_statistics(str(output), max_order, classes)
+  if max_order > 1:  # every word of this corpus is in several documents
+    # The statistics leave out n-grams the trainer sees in one document.
+    assert len(counted.vocabulary(classes, min_count=1).keys) > len(
+        found.keys)
+  for min_count in (transformed.NGRAM_MIN_DOCUMENTS, *ngram_fit.MIN_COUNTS):
+    expected = counted.vocabulary(classes, min_count=min_count)
+    kept = found.counts.sum(axis=1) >= min_count
+    np.testing.assert_array_equal(found.keys[kept], expected.keys)
+    np.testing.assert_array_equal(found.counts[kept], expected.counts)
+
+
+def test_stats_json_counts_the_ngrams_kept_of_each_order(preprocessed):
+  output, stats = preprocessed
+  section = stats[transformed.NGRAMS_STATS]
+  assert section['max_order'] == transformed.NGRAM_MAX_ORDER
+  assert section['min_documents'] == transformed.NGRAM_MIN_DOCUMENTS
+  classes = len(stats['labels']['names'])
+  total = 0
+  for order in range(1, transformed.NGRAM_MAX_ORDER + 1):
+    total += section['kept_by_order'][str(order)]
+    assert len(serving_ngrams.read_statistics(
+        str(output), order, classes).keys) == total
+  assert section['kept_by_order']['3'] > 0
+
+
+def test_statistics_that_are_missing_or_not_whole_are_refused(
+    preprocessed, tmp_path):
+  output, stats = preprocessed
+  classes = len(stats['labels']['names'])
+  with pytest.raises(ValueError, match='up to 3 tokens, not of 4'):
+    serving_ngrams.read_statistics(str(output), 4, classes)
+  ragged = shutil.copytree(output, tmp_path / 'ragged')
+  with tf.io.TFRecordWriter(
+      str(ragged / f'{transformed.NGRAM_FILE_PREFIX}-ragged'
+          f'{transformed.TFRECORD_SUFFIX}'), 'GZIP') as writer:
+    writer.write(tf.train.Example(features=tf.train.Features(feature={
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        for name, values in ((transformed.NGRAM_FINGERPRINT, [5, 6]),
+                             (transformed.NGRAM_ORDER, [1, 1]),
+                             (transformed.NGRAM_LABEL_ID, [0]),
+                             (transformed.NGRAM_DOCUMENTS, [2, 2]))
+    })).SerializeToString())
+  with pytest.raises(ValueError, match='differ in length'):
+    serving_ngrams.read_statistics(str(ragged), 3, classes)
+  cut = shutil.copytree(output, tmp_path / 'cut')
+  (largest, *_) = sorted(cut.glob(transformed.ngram_file_pattern()),
+                         key=lambda path: -path.stat().st_size)
+  largest.unlink()
+  with pytest.raises(ValueError, match='not whole'):
+    serving_ngrams.read_statistics(str(cut), 3, classes)
+  stats_file = cut / transformed.STATS_FILE
+  older = json.loads(stats_file.read_text())
+  del older[transformed.NGRAMS_STATS]
+  stats_file.write_text(json.dumps(older))
+  with pytest.raises(ValueError, match='holds no n-gram statistics'):
+    serving_ngrams.read_statistics(str(cut), 3, classes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3),
+                                   st.integers(1, 4)), max_size=12),
+                min_size=1, max_size=6),
+       st.randoms(use_true_random=False))
+def test_counts_add_up_however_the_batches_are_combined(batches, rng):
+  """Batches of (n-gram, label, documents) rows, each batch as wide as its
+  labels, added and merged in any grouping and order."""
+  def counted(rows):
+    if not rows:
+      return ngram_counts.Counted(np.zeros(0, np.int64),
+                                  np.zeros((0, 1), np.int32),
+                                  np.zeros(0, np.int8))
+    keys = np.array(sorted({key for key, _, _ in rows}), np.int64)
+    documents = np.zeros((len(keys), max(label for _, label, _ in rows) + 1),
+                         np.int32)
+    for key, label, count in rows:
+      documents[np.searchsorted(keys, key), label] += count
+    return ngram_counts.Counted(keys, documents,
+                                (keys % 3 + 1).astype(np.int8))
+  combine = ngram_counts.SumCounted()
+  accumulators = []
+  for rows in batches:
+    accumulator = combine.create_accumulator()
+    for half in (rows[:len(rows) // 2], rows[len(rows) // 2:]):
+      accumulator = combine.add_input(accumulator, counted(half))
+    accumulators.append(combine.compact(accumulator) if rng.random() < 0.5
+                        else accumulator)
+  rng.shuffle(accumulators)
+  result = combine.extract_output(combine.merge_accumulators(accumulators))
+  expected = {}
+  for key, label, documents in (row for rows in batches for row in rows):
+    expected[(key, label)] = expected.get((key, label), 0) + documents
+  found = {(key, label): documents
+           for key, row in zip(result.keys.tolist(), result.documents.tolist())
+           for label, documents in enumerate(row) if documents}
+  assert found == expected
+  assert result.keys.tolist() == sorted({key for key, _ in expected})
+  assert (result.orders == result.keys % 3 + 1).all()
