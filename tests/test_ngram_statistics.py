@@ -4,6 +4,7 @@ more, by class), read back by ``serving.ngrams`` as the trainer's
 in-memory count of the train split (``trainer.ngrams.DocumentNgrams``)
 gives them, at every minimum count the trainer tries."""
 import json
+import logging
 import random
 import shutil
 
@@ -14,16 +15,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import cli
 from pipeline import preprocess
 from pipeline.preprocessing import ngram_counts
 from schemas import raw
 from schemas import transformed
+from serving import exports
 from serving import ngrams as serving_ngrams
 from tests.conftest import write_jsonl
 from trainer import data as data_lib
 from trainer import model as model_lib
 from trainer import ngram_fit
 from trainer import ngrams
+from trainer import train
 
 WORDS = [f'w{n}' for n in range(40)]
 LABELS = ('a', 'b', 'c')
@@ -167,3 +171,54 @@ def test_counts_add_up_however_the_batches_are_combined(batches, rng):
   assert found == expected
   assert result.keys.tolist() == sorted({key for key, _ in expected})
   assert (result.orders == result.keys % 3 + 1).all()
+
+
+# The n-gram branch alone, by Keras epochs on the validation split's
+# choice: the path that reads the statistics.
+EPOCHS_PATH = ['--model=nbsvm', '--ngram_fit=epochs', '--folds=0',
+               '--ngram_epochs=2', '--batch_size=16', '--seed=5']
+
+
+def without_statistics(output, folder):
+  """A copy of the preprocessing output ``output`` as a job that did not
+  count n-grams wrote it."""
+  older = shutil.copytree(output, folder)
+  for path in older.glob(transformed.ngram_file_pattern()):
+    path.unlink()
+  stats_file = older / transformed.STATS_FILE
+  stats = json.loads(stats_file.read_text())
+  del stats[transformed.NGRAMS_STATS]
+  stats_file.write_text(json.dumps(stats))
+  return older
+
+
+def test_the_trainer_reads_the_statistics_and_fits_as_if_it_counted(
+    preprocessed, tmp_path, caplog):
+  output, _ = preprocessed
+  caplog.set_level(logging.INFO)
+  read = train.run([f'--data_dir={output}', f'--model_dir={tmp_path / "a"}',
+                    *EPOCHS_PATH])
+  assert "n-gram counts: the preprocessing job's" in caplog.text
+  caplog.clear()
+  older = without_statistics(output, tmp_path / 'older')
+  counted = train.run([f'--data_dir={older}', f'--model_dir={tmp_path / "b"}',
+                       *EPOCHS_PATH])
+  assert 'n-gram counts: counted here' in caplog.text
+  choices = [exports.read_metadata(export_dir)['training']['choices']
+             for _, export_dir in (read, counted)]
+  assert choices[0]['tried'] == choices[1]['tried']
+  assert choices[0]['ngram_min_count'] == choices[1]['ngram_min_count']
+  assert read[0]['test']['accuracy'] == counted[0]['test']['accuracy']
+
+
+def test_statistics_that_are_not_whole_end_the_trainer_before_it_fits(
+    preprocessed, tmp_path):
+  output, _ = preprocessed
+  cut = shutil.copytree(output, tmp_path / 'cut')
+  (largest, *_) = sorted(cut.glob(transformed.ngram_file_pattern()),
+                         key=lambda path: -path.stat().st_size)
+  largest.unlink()
+  with pytest.raises(cli.JobError, match='not whole.*preprocess it again'):
+    train.run([f'--data_dir={cut}', f'--model_dir={tmp_path / "model"}',
+               *EPOCHS_PATH])
+  assert not (tmp_path / 'model' / 'export').exists()

@@ -12,6 +12,8 @@ from typing import Optional
 import numpy as np
 
 import cli
+from schemas import transformed
+from serving import ngrams as serving_ngrams
 from trainer import branch_fit
 from trainer import data as data_lib
 from trainer import inputs as inputs_lib
@@ -56,9 +58,8 @@ def fit_ngram_branch(settings: settings_lib.Settings,
   most ``epochs`` (else --ngram_epochs), its files in ``base`` folders (a
   sub-folder a count when there are several); keeps the best on
   validation. ``every``: the n-grams of ``fitting``'s training documents
-  when already found."""
-  every = every or ngrams.DocumentNgrams.fit(fitting.train_once,
-                                             params.ngram_order)
+  when already found (else ``counted_ngrams``)."""
+  counted = every or counted_ngrams(params, data, fitting)
   counts = min_counts(params)
   monitor = settings.monitor
   better = max if monitor == 'val_accuracy' else min
@@ -66,8 +67,8 @@ def fit_ngram_branch(settings: settings_lib.Settings,
   scores = {}
   for min_count in counts:
     try:
-      vocabulary = every.vocabulary(len(data.label_names),
-                                    min_count=min_count)
+      vocabulary = counted.vocabulary(len(data.label_names),
+                                      min_count=min_count)
     except ValueError:
       continue  # a count above every n-gram's of a small corpus
     trial = model_lib.build_model(
@@ -92,6 +93,36 @@ def fit_ngram_branch(settings: settings_lib.Settings,
   if chosen is None:
     raise no_ngram(counts)
   return chosen
+
+
+def counted_ngrams(params: model_lib.ModelParams,
+                   data: data_lib.PreprocessedData, fitting: inputs_lib.Inputs):
+  """What the vocabulary of each minimum count is taken from (its
+  ``vocabulary(num_classes, min_count=...)``): the n-gram statistics the
+  preprocessing job counted on its runner, read, not counted again; the
+  train split counted here where they cannot serve (an output preprocessed
+  before the job counted them, longer n-grams than it counts, or a count
+  below its least). A JobError where they are there but not whole."""
+  section = data.stats.get(transformed.NGRAMS_STATS)
+  lowest = min(min_counts(params))
+  if (section and params.ngram_order <= section['max_order'] and
+      lowest >= section['min_documents']):
+    try:
+      statistics = serving_ngrams.read_statistics(
+          data.data_dir, params.ngram_order, len(data.label_names))
+    except ValueError as error:
+      raise cli.JobError(f'{error}: preprocess it again') from error
+    logging.info('n-gram counts: the preprocessing job\'s, %d n-grams of up '
+                 'to %d tokens in at least %d train documents',
+                 len(statistics.keys), params.ngram_order,
+                 section['min_documents'])
+    return ngrams.Vocabulary(statistics.keys, statistics.counts,
+                             np.zeros(statistics.counts.shape, np.float32))
+  logging.info('n-gram counts: counted here, over the train split (%s)',
+               'its output holds no n-gram statistics' if not section else
+               f'--ngram_order={params.ngram_order} or a minimum count of '
+               f'{lowest}, beyond what its statistics hold')
+  return ngrams.DocumentNgrams.fit(fitting.train_once, params.ngram_order)
 
 
 def fit_convex(settings: settings_lib.Settings,

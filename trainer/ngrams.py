@@ -12,8 +12,10 @@ One weight an n-gram rather than one a class and n-gram: for two classes
 (r[j, 1] = -r[j, 0]) it is the same model, and the optimizer's cost, which
 grows with the table, is halved.
 
-The n-grams come from the token ids inside the graph, so the preprocessing
-output and the raw-text export are unchanged. Each n-gram (unigrams
+The n-grams come from the token ids inside the graph, so the raw-text
+export needs nothing else; the preprocessing job counts the same
+fingerprints (``serving.ngrams``) on its runner, which the trainer reads
+instead of counting (``trainer.ngram_fit.counted_ngrams``). Each n-gram (unigrams
 included) is named by a 62-bit fingerprint of its ids; the vocabulary is
 the fingerprints seen in at least ``min_count`` training documents, so that
 n-grams seen once, which only let the model memorise its training reviews,
@@ -70,6 +72,14 @@ class Vocabulary:
     """From batches of (token_ids, label_id) of the training split."""
     return DocumentNgrams.fit(batches, max_order).vocabulary(
         num_classes, min_count=min_count, alpha=alpha)
+
+  def vocabulary(self, num_classes: int, min_count: int = 2,
+                 alpha: float = 1.0) -> 'Vocabulary':
+    """Those in at least ``min_count`` training documents, as
+    ``DocumentNgrams.vocabulary`` of all its documents (``num_classes``:
+    the counts' columns already)."""
+    del num_classes
+    return self.at_least(max(min_count, 1), alpha)
 
   def at_least(self, min_count: int, alpha: float = 1.0) -> 'Vocabulary':
     """The n-grams in at least ``min_count`` training documents, their
