@@ -120,6 +120,8 @@ def test_a_small_corpus_trains_in_seconds_as_its_ngram_branch_alone(
   report = (tmp_path / evaluate.REPORT_FILE).read_text()
   assert report.count('| yes |') == 1
   assert 'fitted as its n-gram branch alone' in report
+  assert ("and the n-gram minimum count and the n-gram branch's penalty"
+          in report)
   assert 'fitted by a convex solver' in report
   assert 'Epoch 1/' not in capfd.readouterr().out
   assert 'fitted by the convex solver' in caplog.text

@@ -222,3 +222,13 @@ def test_statistics_that_are_not_whole_end_the_trainer_before_it_fits(
     train.run([f'--data_dir={cut}', f'--model_dir={tmp_path / "model"}',
                *EPOCHS_PATH])
   assert not (tmp_path / 'model' / 'export').exists()
+  # A file cut short: its gzip stream ends too soon.
+  short = shutil.copytree(output, tmp_path / 'short')
+  (largest, *_) = sorted(short.glob(transformed.ngram_file_pattern()),
+                         key=lambda path: -path.stat().st_size)
+  largest.write_bytes(largest.read_bytes()[:largest.stat().st_size // 2])
+  with pytest.raises(cli.JobError, match='cannot be read.*preprocess it '
+                     'again'):
+    train.run([f'--data_dir={short}', f'--model_dir={tmp_path / "model"}',
+               *EPOCHS_PATH])
+  assert not (tmp_path / 'model' / 'export').exists()

@@ -278,7 +278,8 @@ def test_without_folds_validation_chooses_the_ngram_minimum_count(
   assert re.search(r' transformer_logits: epoch 1 of at most \d+, accuracy '
                    r'[0-9.]+, loss [0-9.]+, val_accuracy', caplog.text)
   assert re.search(r' ngram_logits \(in at least \d+ documents\): \d+ epochs '
-                   r'in [0-9.]+ s, last', caplog.text)
+                   r'in [0-9.]+ s, last .*; best val_accuracy [0-9.]+ after '
+                   r'epoch \d+', caplog.text)
   training = exports.read_metadata(export_dir)['training']
   assert training['model'] == 'hybrid'
   data = data_lib.PreprocessedData.load(str(synthetic_preprocessed))

@@ -251,3 +251,15 @@ def test_training_flags_reach_the_run_and_its_export(preprocessed, tmp_path,
   # Train and validation batches were both bucketed.
   assert buckets == [(16, 32, True), (256, 32, False)]
   assert not keras_input_warnings(recwarn)
+
+
+@pytest.mark.parametrize('ngram_fit, folds', [('convex', selection.FOLDS),
+                                               ('epochs', 0)])
+def test_auto_folds_count_only_the_epochs_keras_would_run(
+    synthetic_preprocessed, tmp_path, ngram_fit, folds):
+  # So many n-gram epochs that folds of Keras fits would cost too much; the
+  # convex solver runs none.
+  settings, _ = settings_lib.settings_from_args(train.parse_args([
+      f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
+      '--model=nbsvm', '--ngram_epochs=1000', f'--ngram_fit={ngram_fit}']))
+  assert settings.folds == folds

@@ -71,25 +71,36 @@ class Progress(keras.callbacks.Callback):
   an epoch where ``each_epoch`` (a final fit, whose epochs can take
   minutes), and one at the end with the epochs run and the last figures."""
 
-  def __init__(self, label: str, epochs: int, each_epoch: bool):
+  def __init__(self, label: str, epochs: int, each_epoch: bool,
+               monitor: str):
     super().__init__()
     self.label, self.epochs, self.each_epoch = label, epochs, each_epoch
+    self.monitor = monitor
     self.started = self.logs = None
     self.run = 0
+    self.measured = []  # --monitor after each epoch
 
   def on_train_begin(self, logs=None):
     self.started = time.time()
 
   def on_epoch_end(self, epoch, logs=None):
     self.run, self.logs = epoch + 1, dict(logs or {})
+    if self.monitor in self.logs:
+      self.measured.append(self.logs[self.monitor])
     if self.each_epoch:
       logging.info('%s: epoch %d of at most %d, %s (%.0f s)', self.label,
                    self.run, self.epochs, _figures(self.logs),
                    time.time() - self.started)
 
   def on_train_end(self, logs=None):
-    logging.info('%s: %d epochs in %.1f s, last %s', self.label, self.run,
-                 time.time() - self.started, _figures(self.logs or {}))
+    best = ''
+    if self.measured:
+      pick = np.argmax if self.monitor == 'val_accuracy' else np.argmin
+      epoch = int(pick(self.measured))
+      best = (f'; best {self.monitor} {self.measured[epoch]:.4f} after epoch '
+              f'{epoch + 1}')
+    logging.info('%s: %d epochs in %.1f s, last %s%s', self.label, self.run,
+                 time.time() - self.started, _figures(self.logs or {}), best)
 
 
 def _figures(logs: dict) -> str:
@@ -155,7 +166,8 @@ def fit_branch(settings: settings_lib.Settings, model, branch: str,
                    *callbacks(settings.monitor, settings.patience, *folders,
                               stop_early, settings.verbose),
                    Progress(label or branch, schedule.epochs,
-                            each_epoch=held_out is None)],
+                            each_epoch=held_out is None,
+                            monitor=settings.monitor)],
         # The dataset reshuffles itself every epoch.
         shuffle=False,
         # With --verbose, Keras' progress bar on a terminal, its line an

@@ -278,12 +278,17 @@ def cross_validation_lines(choices: Dict) -> List[str]:
       'The validation split chose the temperature and any branch weights.')
   # Runs from before the choice recorded its measure chose by accuracy.
   measure = ('loss' if folds.get('monitor') == 'val_loss' else 'accuracy')
-  counts_tried = len(folds['tried'].get(model_lib.NGRAM_LOGITS, [])) > 1
+  ngram_settings = [candidate['setting'] for candidate
+                    in folds['tried'].get(model_lib.NGRAM_LOGITS, [])]
+  chose = [what for what, key in (('the n-gram minimum count',
+                                   'ngram_min_count'),
+                                  ('the n-gram branch\'s penalty',
+                                   'ngram_penalty'))
+           if len({setting.get(key) for setting in ngram_settings}) > 1]
   lines = [f'Grouped {folds["folds"]}-fold cross-validation over the train '
            f'split ({folds["examples"]:,} examples in {folds["groups"]:,} '
            'groups: a record\'s group, else its text) chose each branch\'s '
-           'epochs' + (' and the n-gram minimum count' if counts_tried
-                       else '') +
+           'epochs' + ''.join(f' and {what}' for what in chose) +
            f', by the held-out {measure} over every training example. '
            f'{calibrated}', '',
            f'| branch | setting | epochs | held-out {measure} | spread (SD '

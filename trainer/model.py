@@ -140,8 +140,9 @@ FIELD_HELP = {
     'ngram_min_count': 'Training documents an n-gram needs; 0: chosen from '
                        'the data, as --folds chooses (cross-validation over '
                        'the train split, or the validation split).',
-    'ngram_init': 'Every NBSVM weight\'s first value.',
-    'ngram_dropout': 'Share of n-grams hidden while training.',
+    'ngram_init': 'Every NBSVM weight\'s first value (--ngram_fit=epochs).',
+    'ngram_dropout': 'Share of n-grams hidden while training '
+                     '(--ngram_fit=epochs).',
 }
 
 

@@ -9,7 +9,9 @@ import logging
 import posixpath
 from typing import Optional
 
+from google.protobuf import message
 import numpy as np
+import tensorflow as tf
 
 import cli
 from schemas import transformed
@@ -110,8 +112,9 @@ def counted_ngrams(params: model_lib.ModelParams,
     try:
       statistics = serving_ngrams.read_statistics(
           data.data_dir, params.ngram_order, len(data.label_names))
-    except ValueError as error:
-      raise cli.JobError(f'{error}: preprocess it again') from error
+    except (ValueError, tf.errors.OpError, message.DecodeError) as error:
+      raise cli.JobError(f'{data.data_dir}: its n-gram statistics cannot be '
+                         f'read ({error}): preprocess it again') from error
     logging.info('n-gram counts: the preprocessing job\'s, %d n-grams of up '
                  'to %d tokens in at least %d train documents',
                  len(statistics.keys), params.ngram_order,

@@ -20,6 +20,7 @@ on held-out documents from ``STRENGTHS``, strongest first, each solution
 the start of the next (``solve_path``).
 """
 import dataclasses
+import logging
 from typing import Iterator, Sequence, Tuple
 
 import numpy as np
@@ -139,6 +140,12 @@ def solve_path(design: Design, strengths: Sequence[float] = STRENGTHS
     if not np.all(np.isfinite(result.x)):
       raise ArithmeticError(f'the n-gram solver diverged at penalty '
                             f'{strength}: {result.message}')
+    if not result.success:
+      # Its last point is still the best it found; held out, it is judged
+      # as any other.
+      logging.warning('the n-gram solver stopped short of the minimum at '
+                      'penalty %g after %d iterations: %s', strength,
+                      result.nit, result.message)
     parameters = result.x
     kernel = parameters[0] + parameters[1:width + 1]
     bias = parameters[width + 1:]

@@ -15,15 +15,15 @@ grows with the table, is halved.
 The n-grams come from the token ids inside the graph, so the raw-text
 export needs nothing else; the preprocessing job counts the same
 fingerprints (``serving.ngrams``) on its runner, which the trainer reads
-instead of counting (``trainer.ngram_fit.counted_ngrams``). Each n-gram (unigrams
-included) is named by a 62-bit fingerprint of its ids; the vocabulary is
-the fingerprints seen in at least ``min_count`` training documents, so that
-n-grams seen once, which only let the model memorise its training reviews,
-take no table rows (with hashing into a fixed table they would share rows
-with the useful ones). A fingerprint is found in the sorted vocabulary by a
-binary search in plain tensor ops, which XLA compiles; an n-gram outside
-it adds nothing. Padding takes no part, so a document's n-grams do not
-depend on how much padding follows it.
+instead of counting (``trainer.ngram_fit.counted_ngrams``). Each n-gram
+(unigrams included) is named by a 62-bit fingerprint of its ids; the
+vocabulary is the fingerprints seen in at least ``min_count`` training
+documents, so that n-grams seen once, which only let the model memorise its
+training reviews, take no table rows (with hashing into a fixed table they
+would share rows with the useful ones). A fingerprint is found in the
+sorted vocabulary by a binary search in plain tensor ops, which XLA
+compiles; an n-gram outside it adds nothing. Padding takes no part, so a
+document's n-grams do not depend on how much padding follows it.
 """
 import dataclasses
 import math

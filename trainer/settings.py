@@ -145,20 +145,27 @@ def settings_from_args(args) -> Tuple[Settings, data_lib.PreprocessedData]:
   model_dir = ownership.resolved(args.model_dir)
   data = data_lib.PreprocessedData.load(data_dir)
   check_trainable(data, args.batch_size)
+  train_examples = data.num_examples(raw.TRAIN)
+  model = resolve_model(args.model, train_examples,
+                        args.transformer_min_examples)
+  ngram_fit = resolve_ngram_fit(args.ngram_fit, train_examples, model)
   epochs = {flag: most_epochs(flag, getattr(args, flag), data,
                               args.batch_size)
             for flag in ('epochs', 'ngram_epochs')}
-  folds = resolve_folds(args.folds, data, max(epochs.values()),
+  # What a fold costs: the epochs of the branches Keras fits (a convex
+  # n-gram branch costs next to nothing).
+  fitted_by_epochs = [
+      epochs['epochs' if branch == model_lib.TRANSFORMER_LOGITS else
+             'ngram_epochs']
+      for branch in model_lib.ModelParams(model=model).branches
+      if branch == model_lib.TRANSFORMER_LOGITS or ngram_fit == 'epochs']
+  folds = resolve_folds(args.folds, data, max(fitted_by_epochs, default=0),
                         args.batch_size)
   refit = resolve_refit(args.refit, folds)
-  train_examples = data.num_examples(raw.TRAIN)
   try:
     settings = Settings.of(
-        args, model=resolve_model(args.model, train_examples,
-                                  args.transformer_min_examples),
-        data_dir=data_dir, model_dir=model_dir, folds=folds, refit=refit,
-        ngram_fit=resolve_ngram_fit(args.ngram_fit, train_examples),
-        **epochs)
+        args, model=model, data_dir=data_dir, model_dir=model_dir,
+        folds=folds, refit=refit, ngram_fit=ngram_fit, **epochs)
   except ValueError as error:
     raise cli.JobError(str(error)) from error
   return settings, data
@@ -210,8 +217,8 @@ def most_epochs(flag: str, given: Optional[int],
 def resolve_folds(given: Optional[int], data: data_lib.PreprocessedData,
                   epochs: int, batch_size: int) -> int:
   """--folds as ``given``, else auto's, from the train split's size and
-  ``epochs`` (the most of either branch); a JobError for folds that cannot
-  follow the groups the output was split by."""
+  ``epochs`` (the most of any branch Keras fits; 0: none); a JobError for
+  folds that cannot follow the groups the output was split by."""
   group_field = selection.unkept_group_field(data.params)
   folds = given
   if folds is None and group_field:
@@ -225,8 +232,10 @@ def resolve_folds(given: Optional[int], data: data_lib.PreprocessedData,
     median = min(data.max_len if median is None else median, data.max_len)
     folds = selection.auto_folds(train_examples, median, epochs, batch_size)
     logging.info('--folds: %d (the train split has %d examples of %d tokens '
-                 'at the median, trained for at most %d epochs in batches of '
-                 '%d)', folds, train_examples, median, epochs, batch_size)
+                 'at the median, %s)', folds, train_examples, median,
+                 f'trained for at most {epochs} epochs in batches of '
+                 f'{batch_size}' if epochs else 'fitted by the convex solver '
+                 'alone')
   if folds and group_field:
     raise cli.JobError(
         f'--folds={folds}: {data.data_dir} was split by '
@@ -250,14 +259,16 @@ def resolve_model(given: str, train_examples: int, min_examples: int) -> str:
   return given
 
 
-def resolve_ngram_fit(given: str, train_examples: int) -> str:
-  """--ngram_fit as ``given``, auto's from the train split's size."""
+def resolve_ngram_fit(given: str, train_examples: int, model: str) -> str:
+  """--ngram_fit as ``given``, auto's from the train split's size (said
+  where ``model`` has an n-gram branch)."""
   if given != 'auto':
     return given
   chosen = 'convex' if train_examples <= CONVEX_MAX_EXAMPLES else 'epochs'
-  logging.info('--ngram_fit: %s (the train split has %d examples; the '
-               'convex solver up to %d)', chosen, train_examples,
-               CONVEX_MAX_EXAMPLES)
+  if model_lib.NGRAM_LOGITS in model_lib.ModelParams(model=model).branches:
+    logging.info('--ngram_fit: %s (the train split has %d examples; the '
+                 'convex solver up to %d)', chosen, train_examples,
+                 CONVEX_MAX_EXAMPLES)
   return chosen
 
 
