@@ -1,0 +1,102 @@
+"""Benchmark: the trainer's peak memory as the corpus grows, with the n-gram
+counts read from the preprocessing job's statistics and counted in the
+trainer's memory.
+
+For each --docs size, the corpus ``bench/preprocess.py`` makes (IMDB's
+reviews repeated with new ids, the official split kept) is preprocessed
+once; then, as whole processes, the trainer fits the n-gram branch by
+Keras epochs, streaming its splits from their files (``--cache=none``),
+once reading the statistics and once on a copy of the output without
+them, where it counts every train document's n-grams in memory first, as
+it did before the job counted them. The branch and its flags are the same
+in both arms, so the exports are too (the benchmark checks their test
+accuracy agrees to 0.1 point); the arms differ in where the counts come
+from.
+
+    python bench/train_memory.py [--docs=50000,200000] [--cache DIR]
+        [--work DIR]
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import argument_parser  # pylint: disable=wrong-import-position
+from common import machine  # pylint: disable=wrong-import-position
+from common import run_process  # pylint: disable=wrong-import-position
+from preprocess import write_jsonl  # pylint: disable=wrong-import-position
+
+# One epoch of the n-gram branch alone, streamed: the cost that follows the
+# corpus is the counting, which is what the arms differ in.
+TRAIN_FLAGS = ['--model=nbsvm', '--ngram_fit=epochs', '--folds=0',
+               '--ngram_epochs=1', '--cache=none']
+ACCURACY_TOLERANCE = 0.001
+
+
+def without_statistics(data_dir: str, copy: str) -> str:
+  """A copy of the preprocessing output as a job that did not count n-grams
+  wrote it."""
+  from schemas import transformed  # pylint: disable=import-outside-toplevel
+  shutil.rmtree(copy, ignore_errors=True)
+  shutil.copytree(data_dir, copy, ignore=shutil.ignore_patterns(
+      f'{transformed.NGRAM_FILE_PREFIX}-*'))
+  stats_path = os.path.join(copy, transformed.STATS_FILE)
+  with open(stats_path, encoding='utf-8') as handle:
+    stats = json.load(handle)
+  del stats[transformed.NGRAMS_STATS]
+  with open(stats_path, 'w', encoding='utf-8') as handle:
+    json.dump(stats, handle)
+  return copy
+
+
+def train_arm(data_dir: str, model_dir: str) -> dict:
+  shutil.rmtree(model_dir, ignore_errors=True)
+  wall, peak = run_process([sys.executable, '-m', 'trainer.train',
+                            f'--data_dir={data_dir}',
+                            f'--model_dir={model_dir}', *TRAIN_FLAGS])
+  with open(os.path.join(model_dir, 'metrics.json'),
+            encoding='utf-8') as handle:
+    accuracy = json.load(handle)['test']['accuracy']
+  return {'wall_s': round(wall, 1), 'peak_mib': round(peak),
+          'test_accuracy': accuracy}
+
+
+def main():
+  parser = argument_parser(__doc__.split('\n\n')[0])
+  parser.add_argument('--docs', default='50000,200000',
+                      help='Corpus sizes, comma-separated.')
+  args = parser.parse_args()
+  work = args.work or tempfile.mkdtemp(prefix='bench-train-memory-')
+  print(f'machine: {machine()}', flush=True)
+  run_process([sys.executable, '-m', 'pipeline.datasets', 'fetch', 'imdb',
+               '--dest', work, '--cache', args.cache])
+  results = {}
+  for documents in (int(size) for size in args.docs.split(',')):
+    corpus = os.path.join(work, f'corpus-{documents}.jsonl')
+    write_jsonl(os.path.join(work, 'aclImdb'), corpus, documents)
+    data_dir = os.path.join(work, f'preprocessed-{documents}')
+    run_process([sys.executable, '-m', 'pipeline.preprocess',
+                 f'--input={corpus}', f'--output_dir={data_dir}',
+                 '--split_field=split', '--overwrite'])
+    arms = {
+        'statistics read': train_arm(
+            data_dir, os.path.join(work, f'model-read-{documents}')),
+        'counted in memory': train_arm(
+            without_statistics(data_dir,
+                               os.path.join(work, f'counted-{documents}')),
+            os.path.join(work, f'model-counted-{documents}')),
+    }
+    accuracies = [arm['test_accuracy'] for arm in arms.values()]
+    # The same model either way, up to the order of float32 sums.
+    if max(accuracies) - min(accuracies) > ACCURACY_TOLERANCE:
+      sys.exit(f'{documents} documents: the arms\' exports differ on test: '
+               f'{arms}')
+    results[documents] = arms
+    print(documents, json.dumps(arms), flush=True)
+  print(json.dumps(results, indent=2))
+
+
+if __name__ == '__main__':
+  main()
