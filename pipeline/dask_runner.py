@@ -23,6 +23,13 @@ leaves a cluster idle; this runner closes them and keeps everything else
   and wrote its rows more than once, leaving ``beam-temp-*`` folders of
   duplicate rows beside the output. Here the sinks and the side inputs are
   one graph, in which each transform's tasks run once.
+- Dask computes a key again when the workers that held it are gone, so a
+  side input whose transform is not deterministic (TFT's analysis writes its
+  graph to a new temporary folder each time) changes in the middle of a job
+  when a worker is lost, and TFT's DoFns, set up with the first value, fail.
+  Here a side input's first value is kept on the scheduler for the job and
+  a recomputation returns it: consumers see one value, as on the runners
+  that materialize a side input once.
 - Reshuffle is an identity, so a job that starts from one file pattern reads
   everything in one partition, on one worker. Here Reshuffle re-chunks its
   input over the cluster's worker threads (or ``--dask_npartitions``).
@@ -114,6 +121,18 @@ def _concat(lists):
   return [item for part in lists for item in part]
 
 
+def _pinned(name: str, value):
+  """The first value a side input had in this job: kept on the scheduler
+  under ``name`` by whichever task computed it first (publishing a name
+  twice is refused, atomically), returned to any later computation."""
+  client = dask.distributed.get_client()
+  try:
+    client.publish_dataset(value, name=name)
+  except KeyError:
+    return client.get_dataset(name)
+  return value
+
+
 @dataclasses.dataclass(eq=False)
 class _Stage:
   """ParDos that run as one dask task a partition, each reading the output
@@ -145,6 +164,8 @@ class _BagBuilder(PipelineVisitor):
     self._consumed = set()
     self._bags = {}
     self._stage_bags = []
+    # The scheduler's names of the side inputs' first values (_pinned).
+    self.pinned = set()
 
   def visit_transform(self, transform_node):
     self._nodes.append(transform_node)
@@ -246,8 +267,12 @@ class _BagBuilder(PipelineVisitor):
     for side_input in node.side_inputs:
       view = (type(side_input), side_input._view_options(),  # pylint: disable=protected-access
               side_input._window_mapping_fn)  # pylint: disable=protected-access
-      side_inputs.append((view, self._bags[self._source(
-          side_input.pvalue)].reduction(list, _concat)))
+      whole = self._bags[self._source(side_input.pvalue)].reduction(
+          list, _concat)
+      name = f'beam-side-input-{self._job}-{whole.key}'
+      self.pinned.add(name)
+      side_inputs.append((view, whole.apply(functools.partial(_pinned,
+                                                              name))))
     return side_inputs
 
   def _build_node(self, node):
@@ -304,16 +329,33 @@ class _BagBuilder(PipelineVisitor):
                                  operator.getitem, bag.npartitions, slot)
 
 
+@dataclasses.dataclass
 class _Result(dask_runner.DaskRunnerResult):
-  """Closes the runner's client once the pipeline is over, so that a
-  finished job keeps no connection to the scheduler."""
+  """Drops the job's side-input values from the scheduler and closes the
+  runner's client once the pipeline is over, so that a finished job leaves
+  nothing on the cluster and keeps no connection to it."""
+  pinned: t.Tuple[str, ...] = ()
 
   def wait_until_finish(self, duration=None):
     try:
       return super().wait_until_finish(duration)
     finally:
       if PipelineState.is_terminal(self.state):
-        self.client.close()
+        self._release()
+
+  def cancel(self):
+    try:
+      return super().cancel()
+    finally:
+      self._release()
+
+  def _release(self):
+    if self.client.status in ('closing', 'closed'):
+      return
+    published = set(self.client.list_datasets())
+    for name in published.intersection(self.pinned):
+      self.client.unpublish_dataset(name)
+    self.client.close()
 
 
 class DaskRunner(dask_runner.DaskRunner):
@@ -334,5 +376,6 @@ class DaskRunner(dask_runner.DaskRunner):
     # transform that several sinks share into a differently named task in
     # each, which then runs once per sink. Unoptimized, the sinks' graphs
     # name a shared transform's tasks alike, and dask computes each once.
-    return _Result(client, client.compute(builder.sinks(),
-                                          optimize_graph=False))
+    sinks = builder.sinks()
+    return _Result(client, client.compute(sinks, optimize_graph=False),
+                   tuple(builder.pinned))

@@ -35,10 +35,10 @@ from tests.runner_checks import score_on_and_off
 
 
 @contextlib.contextmanager
-def running(command, port, **kwargs):
+def running(command, port, log=None, **kwargs):
   """``command`` running until the context ends, once it listens on
-  ``port``."""
-  with processes.started(command, None, **kwargs) as process:
+  ``port``; its output in ``log``."""
+  with processes.started(command, log, **kwargs) as process:
     processes.wait_until(lambda: processes.listens(port), [(process, None)],
                          str(command[-1]))
     yield process
@@ -196,26 +196,30 @@ DASK_WORKERS = {
 
 
 @pytest.fixture(scope='module', params=sorted(DASK_WORKERS))
-def dask_cluster(request):
+def dask_cluster(request, tmp_path_factory):
   """A dask.distributed scheduler and two single-threaded worker processes,
-  all connected before the fixture returns."""
+  all connected before the fixture returns; their logs in a folder of the
+  test's temporary files."""
+  logs = tmp_path_factory.mktemp('dask-logs')
   port = processes.free_port()
   address = f'127.0.0.1:{port}'
   with contextlib.ExitStack() as stack:
     stack.enter_context(running(
         [sys.executable, '-m', 'distributed.cli.dask_scheduler',
-         '--host=127.0.0.1', f'--port={port}', '--no-dashboard'], port))
-    for worker_args in DASK_WORKERS[request.param]:
+         '--host=127.0.0.1', f'--port={port}', '--no-dashboard'], port,
+        logs / 'scheduler.log'))
+    for index, worker_args in enumerate(DASK_WORKERS[request.param]):
       stack.enter_context(running(
           [sys.executable, '-m', 'distributed.cli.dask_worker',
            f'tcp://{address}', '--nthreads=1', '--no-dashboard',
-           *worker_args], port, cwd=REPO))
+           *worker_args], port, logs / f'worker-{index}.log', cwd=REPO))
     with distributed.Client(address) as client:
       client.wait_for_workers(2, timeout=120)
     yield ['--runner=pipeline.dask_runner.DaskRunner',
            f'--dask_client_address={address}']
 
 
+@pytest.mark.runners
 def test_score_on_dask_writes_each_document_once(dask_cluster, trained,
                                                  tmp_path):
   rows = synthetic_reviews(300, 3)
@@ -238,6 +242,7 @@ def test_score_on_dask_writes_each_document_once(dask_cluster, trained,
   assert set(loads_by_process(loads).values()) == {1}
 
 
+@pytest.mark.runners
 def test_preprocess_on_dask_matches_the_default_runner(
     dask_cluster, preprocessed_by_default, tmp_path):
   runner_checks.preprocesses_as_the_default_runner(
@@ -297,6 +302,7 @@ def fused_steps(pipeline):
   assert_that(both, equal_to([14 + 40]), label='ReadOutsideTheStage')
 
 
+@pytest.mark.runners
 def test_dask_runner_fuses_steps_as_beam_runs_them(dask_cluster):
   # pylint: disable=import-outside-toplevel
   import apache_beam as beam
@@ -306,6 +312,7 @@ def test_dask_runner_fuses_steps_as_beam_runs_them(dask_cluster):
     fused_steps(pipeline)
 
 
+@pytest.mark.runners
 def test_dask_runner_gathers_no_output_to_the_client(dask_cluster):
   """What no transform reads stays on the workers: the client that waits
   for the job gets empty lists, however large that output is."""
@@ -322,3 +329,47 @@ def test_dask_runner_gathers_no_output_to_the_client(dask_cluster):
     result.wait_until_finish()
   sizes = [len(part) for part in gathered]
   assert sizes and not any(sizes), sizes
+
+
+# One layout: what keeps the value lives on the scheduler, whatever the
+# workers' layout.
+@pytest.mark.runners
+@pytest.mark.parametrize('dask_cluster', ['two-workers'], indirect=True)
+def test_a_side_input_keeps_its_first_value_when_its_workers_are_lost(
+    dask_cluster, tmp_path):
+  """Dask computes a lost key again. A side input drawn at random (as TFT's
+  analysis names a new folder each time it runs) keeps the value the job's
+  first readers saw when every worker is restarted in the middle of the
+  job: the DoFns that read it, set up with it, never see another."""
+  # pylint: disable=import-outside-toplevel
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+  seen, go = tmp_path / 'seen', tmp_path / 'go'
+  seen.mkdir()
+
+  def record(number, drawn):
+    # Every attempt at every element leaves its own file.
+    (seen / uuid.uuid4().hex).write_text(drawn)
+    processes.wait_until(go.exists, [], 'the test lets the job go on', 300)
+    return number
+
+  pipeline = beam.Pipeline(options=PipelineOptions(
+      dask_cluster + ['--dask_npartitions=4']))
+  drawn = (pipeline | 'One' >> beam.Create([None])
+           | 'Draw' >> beam.Map(lambda _: uuid.uuid4().hex))
+  _ = (pipeline | beam.Create(range(4)) | beam.Reshuffle()
+       | beam.Map(record, drawn=beam.pvalue.AsSingleton(drawn)))
+  result = pipeline.run()
+  address = dask_cluster[-1].split('=', 1)[1]
+  with distributed.Client(address) as client:
+    processes.wait_until(lambda: any(seen.iterdir()), [],
+                         'a task read the side input')
+    client.restart_workers(list(client.scheduler_info()['workers']))
+  go.touch()
+  assert result.wait_until_finish() == 'DONE'
+  attempts = list(seen.iterdir())
+  assert len(attempts) > 4  # the restart made the job run elements again
+  assert len({path.read_text() for path in attempts}) == 1
+  # The job leaves nothing on the scheduler.
+  with distributed.Client(address) as client:
+    assert not client.list_datasets()
