@@ -95,8 +95,7 @@ class Progress(keras.callbacks.Callback):
   def on_train_end(self, logs=None):
     best = ''
     if self.measured:
-      pick = np.argmax if self.monitor == 'val_accuracy' else np.argmin
-      epoch = int(pick(self.measured))
+      epoch = selection.best_index(self.monitor, self.measured)
       best = (f'; best {self.monitor} {self.measured[epoch]:.4f} after epoch '
               f'{epoch + 1}')
     logging.info('%s: %d epochs in %.1f s, last %s%s', self.label, self.run,

@@ -5,7 +5,7 @@ see; ``trainer.selection`` scores and chooses."""
 import dataclasses
 import logging
 import posixpath
-from typing import List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -70,7 +70,7 @@ def cross_validate(settings: settings_lib.Settings,
   stopped after --patience epochs without a better held-out figure.
   ``table`` holds the n-grams of the train split in its first rows."""
   labels, monitor = planned.train.labels, settings.monitor
-  better = max if monitor == 'val_accuracy' else min
+  better = selection.better(monitor)
   candidates = {}
   for branch in params.branches:
     is_ngram = branch == model_lib.NGRAM_LOGITS
@@ -140,6 +140,21 @@ def held_out_candidate(settings: settings_lib.Settings,
   return candidate
 
 
+def _penalty_path(min_count: int, paths, labels: np.ndarray, monitor: str
+                  ) -> Iterator[Tuple[selection.Candidate, Dict]]:
+  """A candidate each penalty, strongest first, with its summary: the
+  folds' solutions at that penalty, read on the documents each did not
+  see. ``paths``: each fold's held-out rows and solver path."""
+  for strength in ngram_solver.STRENGTHS:
+    candidate = selection.Candidate(
+        model_lib.NGRAM_LOGITS, {'ngram_min_count': min_count,
+                                 'ngram_penalty': strength})
+    for held_out_rows, path in paths:
+      _, logits = next(path)
+      candidate.add_fold(held_out_rows, [logits.astype(np.float32)])
+    yield candidate, candidate.summary(labels, monitor)
+
+
 def convex_candidates(settings: settings_lib.Settings,
                       params: model_lib.ModelParams,
                       data: data_lib.PreprocessedData, planned: Folds,
@@ -151,7 +166,6 @@ def convex_candidates(settings: settings_lib.Settings,
   the fold it did not see; a JobError where no count leaves an n-gram in
   every fold."""
   labels, monitor = planned.train.labels, settings.monitor
-  better = max if monitor == 'val_accuracy' else min
   found = []
   for min_count in ngram_fit.min_counts(params):
     paths = []  # each fold's held-out rows and solutions, in step
@@ -167,22 +181,12 @@ def convex_candidates(settings: settings_lib.Settings,
           table, fitted_rows, held_out_rows, vocabulary)))
     if len(paths) < settings.folds:
       continue
-    tried, best, since_best = [], None, 0
-    for strength in ngram_solver.STRENGTHS:
-      candidate = selection.Candidate(
-          model_lib.NGRAM_LOGITS, {'ngram_min_count': min_count,
-                                   'ngram_penalty': strength})
-      for held_out_rows, path in paths:
-        _, logits = next(path)
-        candidate.add_fold(held_out_rows, [logits.astype(np.float32)])
-      tried.append(candidate.summary(labels, monitor))
+    tried = []
+    for candidate, summary in selection.until_no_better(
+        _penalty_path(min_count, paths, labels, monitor),
+        lambda pair: pair[1]['mean'], monitor, ngram_solver.PATIENCE):
       found.append(candidate)
-      if best is None or better(tried[-1]['mean'], best) != best:
-        best, since_best = tried[-1]['mean'], 0
-      else:
-        since_best += 1
-        if since_best >= ngram_solver.PATIENCE:
-          break
+      tried.append(summary)
     logging.info('cross-validation: %s in at least %d documents, fitted by '
                  'the convex solver: held-out %s by penalty %s',
                  model_lib.NGRAM_LOGITS, min_count, monitor,

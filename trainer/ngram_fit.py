@@ -64,7 +64,7 @@ def fit_ngram_branch(settings: settings_lib.Settings,
   counted = every or counted_ngrams(params, data, fitting)
   counts = min_counts(params)
   monitor = settings.monitor
-  better = max if monitor == 'val_accuracy' else min
+  better = selection.better(monitor)
   chosen, best = None, None
   scores = {}
   for min_count in counts:
@@ -140,7 +140,8 @@ def fit_convex(settings: settings_lib.Settings,
       itertools.chain(train_batches, fitting.validation), params.ngram_order)
   train_rows = np.arange(sum(len(labels) for _, labels in train_batches))
   validation_rows = np.arange(len(train_rows), len(table.labels))
-  measure, better = _measure(settings.monitor)
+  measure = selection.MEASURES[settings.monitor]
+  better = selection.better(settings.monitor)
   labels = table.labels[validation_rows]
   chosen, best, scores = None, None, {}
   for min_count in min_counts(params):
@@ -149,19 +150,16 @@ def fit_convex(settings: settings_lib.Settings,
                                     min_count)
     except ValueError:
       continue  # a count above every n-gram's of a small corpus
-    count_best, since_best = None, 0
-    for solution, logits in ngram_solver.held_out_path(
-        table, train_rows, validation_rows, vocabulary):
-      score = measure(logits, labels)
+    path = ((solution, measure(logits, labels)) for solution, logits in
+            ngram_solver.held_out_path(table, train_rows, validation_rows,
+                                       vocabulary))
+    figures = []
+    for solution, score in selection.until_no_better(
+        path, lambda pair: pair[1], settings.monitor, ngram_solver.PATIENCE):
       if chosen is None or better(score, best) != best:
         chosen, best = (vocabulary, solution, min_count), score
-      if count_best is None or better(score, count_best) != count_best:
-        count_best, since_best = score, 0
-      else:
-        since_best += 1
-        if since_best >= ngram_solver.PATIENCE:
-          break
-    scores[min_count] = count_best
+      figures.append(score)
+    scores[min_count] = better(figures)
     logging.info('n-grams in at least %d training documents: %d, best '
                  'validation %s %.4f', min_count, len(vocabulary.keys),
                  settings.monitor, scores[min_count])
@@ -204,14 +202,6 @@ def convex_branch(data: data_lib.PreprocessedData,
   return NgramBranch(vocabulary, layer.get_weights(),
                      {'loss': [solution.loss], **held_out}, min_count,
                      scores, solution.strength)
-
-
-def _measure(monitor: str):
-  """The held-out figure ``monitor`` names, of (logits, labels), and which
-  of two is better."""
-  if monitor == 'val_accuracy':
-    return selection.accuracy, max
-  return selection.loss, min
 
 
 def no_ngram(counts, fewest: Optional[int] = None) -> cli.JobError:

@@ -21,7 +21,7 @@ import dataclasses
 import hashlib
 import logging
 import re
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import keras
 import numpy as np
@@ -163,9 +163,8 @@ class HeldOutFold(keras.callbacks.Callback):
                'val_loss': loss(logits, self.held_out.labels)}
     if logs is not None:
       logs.update(figures)
-    sign = 1 if self.monitor == 'val_accuracy' else -1
-    self.scores.append(sign * figures[self.monitor])
-    if len(self.scores) - 1 - int(np.argmax(self.scores)) >= max(
+    self.scores.append(figures[self.monitor])
+    if len(self.scores) - 1 - best_index(self.monitor, self.scores) >= max(
         self.patience, 1):
       self.model.stop_training = True
 
@@ -178,6 +177,40 @@ def loss(logits: np.ndarray, labels: np.ndarray) -> float:
   shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
   log_sum = np.log(np.exp(shifted).sum(axis=1))
   return float(np.mean(log_sum - shifted[np.arange(len(labels)), labels]))
+
+
+# What each --monitor measures on held-out logits, and whether more of it is
+# better: every choice on held-out figures reads them here.
+MEASURES = {'val_accuracy': accuracy, 'val_loss': loss}
+_HIGHER_IS_BETTER = {'val_accuracy': True, 'val_loss': False}
+
+
+def better(monitor: str) -> Callable:
+  """``max`` or ``min``: the better of figures ``monitor`` names (the first
+  of equals)."""
+  return max if _HIGHER_IS_BETTER[monitor] else min
+
+
+def best_index(monitor: str, figures: Sequence[float]) -> int:
+  """Where the best of ``figures`` is (the first of equals)."""
+  pick = np.argmax if _HIGHER_IS_BETTER[monitor] else np.argmin
+  return int(pick(figures))
+
+
+def until_no_better(items: Iterable, figure_of: Callable, monitor: str,
+                    patience: int) -> Iterator:
+  """``items`` in turn, stopping after ``patience`` in a row whose figure is
+  no better than the best before them (a penalty path, strongest first)."""
+  best, since_best = None, 0
+  for item in items:
+    yield item
+    figure = figure_of(item)
+    if best is None or better(monitor)(figure, best) != best:
+      best, since_best = figure, 0
+    else:
+      since_best += 1
+      if since_best >= patience:
+        return
 
 
 @dataclasses.dataclass
@@ -203,7 +236,7 @@ class Candidate:
   def scores(self, labels: np.ndarray, monitor: str) -> np.ndarray:
     """[folds, epochs]: the held-out ``monitor`` of each fold after each
     epoch (a fold that stopped early repeats its last)."""
-    measure = accuracy if monitor == 'val_accuracy' else loss
+    measure = MEASURES[monitor]
     epochs = max(map(len, self.logits))
     return np.array([[measure(fold[min(epoch, len(fold) - 1)], labels[rows])
                       for epoch in range(epochs)]
@@ -212,8 +245,7 @@ class Candidate:
   def best_epoch(self, labels: np.ndarray, monitor: str) -> int:
     """The epoch (from 1) of the best mean over the folds."""
     means = self.weights() @ self.scores(labels, monitor)
-    pick = np.argmax if monitor == 'val_accuracy' else np.argmin
-    return int(pick(means)) + 1
+    return best_index(monitor, means) + 1
 
   def summary(self, labels: np.ndarray, monitor: str) -> Dict:
     """Mean (over every held-out example: weighted by the folds' sizes) and
@@ -265,10 +297,9 @@ def choose(candidates: Dict[str, List[Candidate]], branches: List[str],
   """The best candidate of each branch (``candidates`` by branch, in the
   order tried), and the held-out logits of the choice in ``branches``'
   order."""
-  better = max if monitor == 'val_accuracy' else min
   chosen = {}
   for branch, tried in candidates.items():
-    chosen[branch] = better(
+    chosen[branch] = better(monitor)(
         tried, key=lambda c: c.summary(labels, monitor)['mean'])
   logits = np.stack([chosen[b].out_of_fold(labels, monitor, len(labels))
                      for b in branches], axis=1)
