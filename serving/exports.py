@@ -97,12 +97,12 @@ def _not_blessed_because(folder: str) -> Optional[str]:
   None where it is, where it predates the gate, and where the metadata
   cannot be read as one (``load_metadata`` then names the fault)."""
   try:
-    blessing = read_metadata(folder).get(metadata_lib.BLESSING)
+    metadata = metadata_lib.ExportMetadata.parse(read_metadata(folder))
   except Exception:  # pylint: disable=broad-except
     return None
-  if isinstance(blessing, dict) and blessing.get(metadata_lib.BLESSED) is False:
-    return str(blessing.get('reason', 'no reason recorded'))
-  return None
+  if metadata.blessed:
+    return None
+  return str(metadata.blessing.get('reason', 'no reason recorded'))
 
 
 def choose(model_dir: str, blessed_only: bool = True) -> Chosen:

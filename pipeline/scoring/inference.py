@@ -6,7 +6,7 @@ RunInference skips its own batching, ``should_skip_batching``) and answered
 by one ``PredictionResult``, whose inference is the model's answers as
 columns (``Answers``): not a Beam element, ``PredictionResult`` and answer
 object a document, which cost more than the rest of the job besides the
-model and reading (BENCHMARKS.md, issue 21). RunInference loads the model
+model and reading (BENCHMARKS.md). RunInference loads the model
 once a process through Beam's ``Shared`` handle, reports Beam's standard
 inference metrics (``num_inferences``, ``inference_request_batch_size``,
 ``inference_batch_latency_micro_secs``, ``load_model_latency_milli_secs``,
