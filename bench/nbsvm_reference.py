@@ -53,7 +53,7 @@ def imdb_splits(cache: str, work: str) -> dict:
   flags = (train_bench.config_flags('imdb_best', 'preprocess') +
            train_bench.corpus_flags('imdb'))
   splits = train_bench.corpus_splits(corpus_dir, 'imdb', pattern,
-                                     train_bench._split_policy(flags))  # pylint: disable=protected-access
+                                     train_bench.split_policy(flags))
   return {split: (texts, np.array([label == 'pos' for label in labels],
                                   np.float32))
           for split, (texts, labels) in splits.items()

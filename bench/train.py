@@ -135,7 +135,7 @@ def derive_corpus(corpus: str, imdb_dir: str, path: str) -> None:
   os.replace(path + '.partial', path)
 
 
-def _split_policy(preprocess_flags: list) -> tuple:
+def split_policy(preprocess_flags: list) -> tuple:
   """--test_fraction, --validation_fraction and --group_pattern as the
   preprocessing job takes them from ``preprocess_flags``."""
   from pipeline import preprocess  # pylint: disable=import-outside-toplevel
@@ -308,7 +308,7 @@ def main():
     preprocess_flags = config_flags(name, 'preprocess') + corpus_flags(corpus)
     # Configurations of one corpus with the same split policy share their
     # splits, and so the baseline: fitted once.
-    split_key = (corpus, pattern, _split_policy(preprocess_flags))
+    split_key = (corpus, pattern, split_policy(preprocess_flags))
     if split_key not in baselines:
       baselines[split_key] = tfidf_baseline(
           corpus_splits(corpus_dir, *split_key))

@@ -13,11 +13,14 @@ in both arms, so the exports are too (the benchmark checks their test
 accuracy agrees to 0.1 point); the arms differ in where the counts come
 from.
 
-    python bench/train_memory.py [--docs=50000,200000]
-        [--arms=read,counted] [--cache DIR] [--work DIR]
+Beside them, the TF-IDF + logistic regression baseline (``bench/tfidf.py``,
+C chosen on validation) on the same splits, also as a whole process.
 
-``--arms=read`` leaves out counting in memory, which at a million
-documents needs more memory than the benchmark's machine may have.
+    python bench/train_memory.py [--docs=50000,200000]
+        [--arms=read,counted,tfidf] [--cache DIR] [--work DIR]
+
+``--arms=read`` leaves out counting in memory and the baseline, which at a
+million documents need more memory than the benchmark's machine may have.
 """
 import json
 import os
@@ -66,18 +69,38 @@ def train_arm(data_dir: str, model_dir: str) -> dict:
           'test_accuracy': accuracy}
 
 
+def tfidf_arm(corpus: str) -> dict:
+  """The baseline on the corpus's splits, assigned as the preprocessing job
+  assigns them, as a process of its own (its peak apart from ours)."""
+  result = corpus + '.tfidf.json'
+  bench = os.path.dirname(os.path.abspath(__file__))
+  wall, peak = run_process([sys.executable, '-c', (
+      'import json, sys\n'
+      f'sys.path.insert(0, {bench!r})\n'
+      'import train\n'
+      'policy = train.split_policy(["--split_field=split"])\n'
+      f'splits = train.corpus_splits({os.path.dirname(corpus)!r}, "imdb", '
+      f'{os.path.basename(corpus)!r}, policy)\n'
+      f'json.dump(train.tfidf_baseline(splits), open({result!r}, "w"))\n')])
+  with open(result, encoding='utf-8') as handle:
+    figures = json.load(handle)
+  return {'wall_s': round(wall, 1), 'peak_mib': round(peak),
+          'test_accuracy': round(figures['test_accuracy'], 4),
+          'c': figures['c']}
+
+
 def main():
   parser = argument_parser(__doc__.split('\n\n')[0])
   parser.add_argument('--docs', default='50000,200000',
                       help='Corpus sizes, comma-separated.')
-  parser.add_argument('--arms', default='read,counted',
-                      help='Where the n-gram counts come from, '
-                      'comma-separated: read (the statistics), counted (in '
-                      'the trainer\'s memory).')
+  parser.add_argument('--arms', default='read,counted,tfidf',
+                      help='Comma-separated: the trainer with the n-gram '
+                      'counts read from the statistics (read) or counted '
+                      'in its memory (counted), the baseline (tfidf).')
   args = parser.parse_args()
   chosen = set(args.arms.split(','))
-  if not chosen or chosen - {'read', 'counted'}:
-    parser.error(f'--arms: read, counted or both, not {args.arms}')
+  if not chosen or chosen - {'read', 'counted', 'tfidf'}:
+    parser.error(f'--arms: some of read, counted, tfidf, not {args.arms}')
   work = args.work or tempfile.mkdtemp(prefix='bench-train-memory-')
   print(f'machine: {machine()}', flush=True)
   run_process([sys.executable, '-m', 'pipeline.datasets', 'fetch', 'imdb',
@@ -100,6 +123,8 @@ def main():
                              os.path.join(work, f'counted-{documents}')),
           os.path.join(work, f'model-counted-{documents}'))
     accuracies = [arm['test_accuracy'] for arm in arms.values()]
+    if 'tfidf' in chosen:
+      arms['tf-idf + logistic regression'] = tfidf_arm(corpus)
     # The same model either way, up to the order of float32 sums.
     if max(accuracies) - min(accuracies) > ACCURACY_TOLERANCE:
       sys.exit(f'{documents} documents: the arms\' exports differ on test: '
