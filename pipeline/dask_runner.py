@@ -3,9 +3,10 @@
     --runner=pipeline.dask_runner.DaskRunner --dask_client_address=HOST:8786
 
 Beam 2.77's DaskRunner translates each Beam primitive into a dask.bag
-operation. Four gaps in it lose, mix or duplicate data in our jobs, and one
-leaves a cluster idle; this runner closes them and keeps everything else
-(options, overrides, the other translations) as Beam has it:
+operation. Gaps in it lose, mix or duplicate data in our jobs or end a
+failed job as done, and one leaves a cluster idle; this runner closes them
+and keeps everything else (options, overrides, the other translations) as
+Beam has it:
 
 - Only the lineage of the last transform applied is computed, so a pipeline
   with several sinks (Parquet, dead letters, counts) runs one of them. Here
@@ -28,8 +29,10 @@ leaves a cluster idle; this runner closes them and keeps everything else
   graph to a new temporary folder each time) changes in the middle of a job
   when a worker is lost, and TFT's DoFns, set up with the first value, fail.
   Here a side input's first value is kept on the scheduler for the job and
-  a recomputation returns it: consumers see one value, as on the runners
+  a recomputation returns it: its readers see one value, as on the runners
   that materialize a side input once.
+- A task the client cancelled (its scheduler lost) counts as done, so such a
+  job ends DONE. Here a job fails unless every task finished.
 - Reshuffle is an identity, so a job that starts from one file pattern reads
   everything in one partition, on one worker. Here Reshuffle re-chunks its
   input over the cluster's worker threads (or ``--dask_npartitions``).
@@ -45,7 +48,9 @@ rather than gathered to the client.
 import collections
 import dataclasses
 import functools
+import logging
 import operator
+import threading
 import typing as t
 import uuid
 
@@ -121,11 +126,19 @@ def _concat(lists):
   return [item for part in lists for item in part]
 
 
+_UNPUBLISHED = object()
+
+
 def _pinned(name: str, value):
   """The first value a side input had in this job: kept on the scheduler
-  under ``name`` by whichever task computed it first (publishing a name
-  twice is refused, atomically), returned to any later computation."""
+  under ``name`` by whichever task computed it first, returned to any later
+  computation. Two first computations at once: the scheduler refuses to
+  publish a name twice (atomically, with a KeyError), and the loser takes
+  the winner's value."""
   client = dask.distributed.get_client()
+  first = client.get_dataset(name, default=_UNPUBLISHED)
+  if first is not _UNPUBLISHED:
+    return first
   try:
     client.publish_dataset(value, name=name)
   except KeyError:
@@ -331,14 +344,27 @@ class _BagBuilder(PipelineVisitor):
 
 @dataclasses.dataclass
 class _Result(dask_runner.DaskRunnerResult):
-  """Drops the job's side-input values from the scheduler and closes the
-  runner's client once the pipeline is over, so that a finished job leaves
-  nothing on the cluster and keeps no connection to it."""
+  """Fails a job whose tasks did not all finish (Beam's result counts a
+  task the cluster cancelled, its scheduler gone, as done), and once the
+  pipeline is over drops the job's side-input values from the scheduler
+  and closes the runner's client, so that a finished job leaves nothing on
+  the cluster and keeps no connection to it."""
   pinned: t.Tuple[str, ...] = ()
+  _released: threading.Lock = dataclasses.field(
+      default_factory=threading.Lock, init=False, repr=False)
 
   def wait_until_finish(self, duration=None):
     try:
-      return super().wait_until_finish(duration)
+      state = super().wait_until_finish(duration)
+      unfinished = [future for future in self.futures
+                    if future.status != 'finished']
+      if state == PipelineState.DONE and unfinished:
+        self._state = PipelineState.FAILED
+        raise RuntimeError(
+            f'the Dask cluster ended {len(unfinished)} of the job\'s '
+            f'{len(self.futures)} outputs unfinished '
+            f'({unfinished[0].status}): was its scheduler lost?')
+      return state
     finally:
       if PipelineState.is_terminal(self.state):
         self._release()
@@ -350,12 +376,21 @@ class _Result(dask_runner.DaskRunnerResult):
       self._release()
 
   def _release(self):
-    if self.client.status in ('closing', 'closed'):
+    """Once, whoever calls it first (a cancel and the wait can end at once);
+    never raises over the job's own outcome: a scheduler that is gone took
+    the values with it."""
+    if not self._released.acquire(blocking=False):
       return
-    published = set(self.client.list_datasets())
-    for name in published.intersection(self.pinned):
-      self.client.unpublish_dataset(name)
-    self.client.close()
+    try:
+      # Not while reconnecting: a scheduler that is gone would be waited
+      # for until the connect timeout, and took the values with it.
+      if self.pinned and self.client.status == 'running':
+        self.client.unpublish_dataset(list(self.pinned))
+    except Exception:  # pylint: disable=broad-except
+      logging.warning('could not drop the job\'s side-input values from the '
+                      'Dask scheduler', exc_info=True)
+    finally:
+      self.client.close()
 
 
 class DaskRunner(dask_runner.DaskRunner):

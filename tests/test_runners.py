@@ -373,3 +373,42 @@ def test_a_side_input_keeps_its_first_value_when_its_workers_are_lost(
   # The job leaves nothing on the scheduler.
   with distributed.Client(address) as client:
     assert not client.list_datasets()
+
+
+@pytest.mark.runners
+def test_a_job_whose_dask_scheduler_is_lost_fails(tmp_path):
+  """The scheduler killed while the job's tasks run: Beam's result would
+  count the tasks the client then cancels as done; ours fails the job."""
+  # pylint: disable=import-outside-toplevel
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+  from apache_beam.runners.runner import PipelineState
+  started, never = tmp_path / 'started', tmp_path / 'never'
+  port = processes.free_port()
+  address = f'127.0.0.1:{port}'
+  with contextlib.ExitStack() as stack:
+    scheduler = stack.enter_context(running(
+        [sys.executable, '-m', 'distributed.cli.dask_scheduler',
+         '--host=127.0.0.1', f'--port={port}', '--no-dashboard'], port,
+        tmp_path / 'scheduler.log'))
+    stack.enter_context(running(
+        [sys.executable, '-m', 'distributed.cli.dask_worker',
+         f'tcp://{address}', '--nthreads=1', '--no-dashboard'], port,
+        tmp_path / 'worker.log', cwd=REPO))
+
+    def wait(number):
+      started.touch()
+      # Released by the worker's end with the cluster, never by the test.
+      processes.wait_until(never.exists, [], 'the test ends the cluster', 300)
+      return number
+
+    pipeline = beam.Pipeline(options=PipelineOptions([
+        '--runner=pipeline.dask_runner.DaskRunner',
+        f'--dask_client_address={address}']))
+    _ = pipeline | beam.Create(range(2)) | beam.Reshuffle() | beam.Map(wait)
+    result = pipeline.run()
+    processes.wait_until(started.exists, [], 'a task started')
+    scheduler.kill()
+    with pytest.raises(Exception):
+      result.wait_until_finish()
+    assert result.state == PipelineState.FAILED

@@ -159,8 +159,8 @@ class HeldOutFold(keras.callbacks.Callback):
     logits = held_out_logits(self.whole, self.branch, self.held_out,
                              self.width)
     self.logits.append(logits)
-    figures = {'val_accuracy': accuracy(logits, self.held_out.labels),
-               'val_loss': loss(logits, self.held_out.labels)}
+    figures = {name: measure(logits, self.held_out.labels)
+               for name, measure in MEASURES.items()}
     if logs is not None:
       logs.update(figures)
     self.scores.append(figures[self.monitor])
