@@ -79,9 +79,12 @@ def test_a_stopped_launcher_ends_its_spark_application(cluster, trained,
 
 def test_a_lost_spark_worker_ends_the_run(own_cluster, trained, tmp_path):
   """Spark's driver waits for executors for ever once its only Worker is
-  gone: the launcher gives up after --stall_seconds."""
+  gone: the launcher gives up after --stall_seconds. Gone as a lost machine
+  goes, its executors with it (they share its process group): an executor
+  left running could finish the job before the Master saw its Worker
+  lost."""
   def kill_the_worker(*_):
-    own_cluster.processes['worker'].kill()
+    os.killpg(own_cluster.processes['worker'].pid, signal.SIGKILL)
 
   runner_checks.a_fault_ends_the_run(
       [*own_cluster.runner_flags, STALL], trained, tmp_path,
