@@ -138,18 +138,21 @@ def cross_validated(recipe: dict, data_dir: str, folds: int, seed: int,
   from trainer import data as data_lib  # pylint: disable=import-outside-toplevel
   from trainer import selection  # pylint: disable=import-outside-toplevel
   data = data_lib.PreprocessedData.load(data_dir)
-  examples = data_lib.Examples.load(data, raw.TRAIN)
+  from schemas import transformed  # pylint: disable=import-outside-toplevel
+  names = (transformed.ID, transformed.TOKEN_IDS, transformed.LABEL_ID)
+  ids, token_ids, label_ids = (np.concatenate(parts) for parts in zip(*(
+      [batch[name].numpy() for name in names]
+      for batch in data_lib.in_file_order(data, (raw.TRAIN,), names))))
   if texts == 'raw':
     documents = [open(path.decode(), encoding='utf-8').read()
-                 for path in examples.ids]
+                 for path in ids]
   else:
-    documents = [' '.join(map(str, row[row > 0]))
-                 for row in examples.token_ids]
+    documents = [' '.join(map(str, row[row > 0])) for row in token_ids]
     recipe = {**recipe, 'token_pattern': r'\S+'}
-  labels = (np.array(data.label_names)[examples.labels] == 'pos').astype(
+  labels = (np.array(data.label_names)[label_ids] == 'pos').astype(
       np.float32)
-  fold_of = selection.assign_folds(
-      selection.fold_keys(examples, data.params), folds, seed)
+  fold_of = selection.assign_folds(selection.fold_digests(
+      selection.fold_keys(ids, token_ids, data.params), seed), folds)
   by_fold = []
   for fold in range(folds):
     fitted = fold_of != fold

@@ -69,10 +69,11 @@ def test_the_statistics_are_the_trainers_count_of_the_train_split(
     preprocessed, max_order):
   output, stats = preprocessed
   classes = len(stats['labels']['names'])
-  train = data_lib.Examples.load(data_lib.PreprocessedData.load(str(output)),
-                                 raw.TRAIN)
-  assert (train.token_ids == transformed.OOV_ID).any()
-  counted = ngrams.DocumentNgrams.fit(train.dataset(37), max_order)
+  train = data_lib.of_rows(data_lib.PreprocessedData.load(str(output)),
+                           (raw.TRAIN,), None, 37)
+  assert any((token_ids == transformed.OOV_ID).numpy().any()
+             for token_ids, _ in train)
+  counted = ngrams.DocumentNgrams.fit(train, max_order)
   found = serving_ngrams.read_statistics(str(output), max_order, classes)
   if max_order > 1:  # every word of this corpus is in several documents
     # The statistics leave out n-grams the trainer sees in one document.
@@ -83,6 +84,52 @@ def test_the_statistics_are_the_trainers_count_of_the_train_split(
     kept = found.counts.sum(axis=1) >= min_count
     np.testing.assert_array_equal(found.keys[kept], expected.keys)
     np.testing.assert_array_equal(found.counts[kept], expected.counts)
+
+
+def _same_vocabulary(found, expected):
+  np.testing.assert_array_equal(found.keys, expected.keys)
+  np.testing.assert_array_equal(found.counts, expected.counts)
+  np.testing.assert_allclose(found.ratios, expected.ratios, rtol=1e-6)
+
+
+def test_a_folds_counts_from_the_statistics_are_its_documents_counts(
+    preprocessed):
+  output, _ = preprocessed
+  data = data_lib.PreprocessedData.load(str(output))
+  classes, order = len(data.label_names), model_lib.ModelParams().ngram_order
+  statistics = ngram_fit.counted_ngrams(model_lib.ModelParams(), data, None)
+  assert isinstance(statistics, ngrams.Vocabulary)  # read, not counted
+  splits = (raw.TRAIN, raw.VALIDATION)
+  documents = ngrams.DocumentNgrams.fit(
+      data_lib.of_rows(data, splits, None, 37), order)
+  fold_of = np.random.default_rng(0).integers(
+      0, 3, data.num_examples(raw.TRAIN))
+  compared = 0
+  for fold in range(3):
+    fitted, held_out = (np.flatnonzero(fold_of != fold),
+                        np.flatnonzero(fold_of == fold))
+    for min_count in ngram_fit.MIN_COUNTS:
+      try:
+        expected = documents.vocabulary(classes, fitted, min_count)
+      except ValueError:
+        with pytest.raises(ValueError, match='no n-gram is in'):
+          ngram_fit.fold_vocabulary(statistics, data, order, fitted, held_out,
+                                    min_count)
+        continue
+      _same_vocabulary(ngram_fit.fold_vocabulary(
+          statistics, data, order, fitted, held_out, min_count), expected)
+      compared += 1
+  assert compared >= 6
+  # A fit on train + validation: every document's counts, of the n-grams
+  # the statistics hold (those in two train documents or more).
+  everything = documents.vocabulary(classes, min_count=1)
+  kept = np.isin(everything.keys, statistics.keys)
+  assert (~kept).any()
+  both = ngram_fit.with_validation(statistics, data, order)
+  _same_vocabulary(both.vocabulary(classes, min_count=2),
+                   ngrams.Vocabulary(everything.keys[kept],
+                                     everything.counts[kept],
+                                     everything.ratios[kept]).at_least(2))
 
 
 def test_stats_json_counts_the_ngrams_kept_of_each_order(preprocessed):

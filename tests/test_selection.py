@@ -1,15 +1,19 @@
 """Grouped k-fold cross-validation: the folds, what they choose, and the
 trainer's runs that choose by them."""
 import collections
+import hashlib
 import json
 
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from schemas import raw
+from schemas import transformed
 from serving import exports
 from tests.conftest import run_module
 from trainer import calibration
@@ -27,6 +31,10 @@ SMALL = ['--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--epochs=2',
          '--ngram_epochs=2', '--seed=3', '--transformer_min_examples=0']
 
 
+def _dealt(keys, folds, seed):
+  return selection.assign_folds(selection.fold_digests(keys, seed), folds)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 30), min_size=4, max_size=120),
        st.integers(2, 4), st.integers(0, 2**32 - 1))
@@ -35,9 +43,9 @@ def test_a_group_never_spans_two_folds_and_folds_hold_as_many_groups(
   keys = [f'g{group}'.encode() for group in groups]
   if len(set(keys)) < folds:
     with pytest.raises(ValueError, match='need as many groups'):
-      selection.assign_folds(keys, folds, seed)
+      _dealt(keys, folds, seed)
     return
-  fold_of = selection.assign_folds(keys, folds, seed)
+  fold_of = _dealt(keys, folds, seed)
   folds_of_key = collections.defaultdict(set)
   for key, fold in zip(keys, fold_of):
     folds_of_key[key].add(int(fold))
@@ -46,30 +54,32 @@ def test_a_group_never_spans_two_folds_and_folds_hold_as_many_groups(
       next(iter(found)) for found in folds_of_key.values())
   assert set(groups_a_fold) == set(range(folds))
   assert max(groups_a_fold.values()) - min(groups_a_fold.values()) <= 1
-  assert np.array_equal(fold_of, selection.assign_folds(keys, folds, seed))
+  # The distinct keys in the order of their whole seeded sha256, dealt in
+  # turn: eight bytes a record deal them as the whole digest would.
+  ranked = sorted(set(keys), key=lambda key: hashlib.sha256(
+      seed.to_bytes(8, 'big') + key).digest())
+  assert fold_of.tolist() == [ranked.index(key) % folds for key in keys]
 
 
 def test_the_seed_deals_the_groups_anew():
   keys = [str(i).encode() for i in range(100)]
-  assert not np.array_equal(selection.assign_folds(keys, 5, 1),
-                            selection.assign_folds(keys, 5, 2))
+  assert not np.array_equal(_dealt(keys, 5, 1), _dealt(keys, 5, 2))
 
 
-def _examples(ids, token_rows):
+def _keys(ids, token_rows, params):
   token_ids = np.zeros((len(ids), 6), np.int64)
   for row, tokens in enumerate(token_rows):
     token_ids[row, :len(tokens)] = tokens
-  return data_lib.Examples(token_ids, np.zeros(len(ids), np.int64),
-                           np.array([i.encode() for i in ids], object))
+  return selection.fold_keys(np.array([i.encode() for i in ids], object),
+                             token_ids, params)
 
 
 def test_folds_follow_the_group_pattern_else_the_text():
-  examples = _examples(
-      ['/train/pos/1203_7.txt', '/train/pos/1299_8.txt', 'x', 'y', 'z'],
-      [[5, 6], [7], [5, 6], [5, 6], [9]])
+  ids = ['/train/pos/1203_7.txt', '/train/pos/1299_8.txt', 'x', 'y', 'z']
+  token_rows = [[5, 6], [7], [5, 6], [5, 6], [9]]
   params = {'group_pattern': r'/((?:pos|neg)/)(?:(\d+)\d\d|\d{1,2})_\d+\.txt',
             'read_config': {'group_field': None}}
-  keys = selection.fold_keys(examples, params)
+  keys = _keys(ids, token_rows, params)
   assert keys[0] == keys[1] == b'group:pos/12'
   # Without a group, a text's copies go together, as the split's text hash
   # sends them; padding is not part of the text.
@@ -78,8 +88,7 @@ def test_folds_follow_the_group_pattern_else_the_text():
   # group's records could sit on both sides of a fold.
   with pytest.raises(ValueError, match='--group_field=movie, which its '
                      'records do not keep'):
-    selection.fold_keys(examples, {**params, 'read_config': {
-        'group_field': 'movie'}})
+    _keys(ids, token_rows, {**params, 'read_config': {'group_field': 'movie'}})
 
 
 @settings(max_examples=25, deadline=None)
@@ -217,7 +226,7 @@ def test_without_refit_validation_calibrates_and_is_held_out(
   assert 'Temperature fitted on the validation split' in report
 
 
-def test_held_out_logits_keep_the_examples_order():
+def test_held_out_logits_keep_the_rows_order_in_any_batching():
   keras_model = model_lib.build_model(
       20, 12, 2, model_lib.ModelParams(model='transformer', embed_dim=4,
                                        ff_dim=4))
@@ -225,14 +234,56 @@ def test_held_out_logits_keep_the_examples_order():
   token_ids = np.zeros((7, 12), np.int64)
   for row, length in enumerate(rng.integers(1, 12, size=7)):
     token_ids[row, :length] = rng.integers(2, 20, size=length)
-  examples = data_lib.Examples(token_ids, np.zeros(7, np.int64),
-                               np.array([b''] * 7, object))
+  rows = np.array([1, 4, 5, 9, 10, 11, 20])
+  read_order = rng.permutation(7)
+
+  def batches(width):
+    return data_lib.batched(tf.data.Dataset.from_tensor_slices(
+        (token_ids[read_order], (np.zeros(7, np.int64), rows[read_order]))),
+                            7, 3, False, width)
+
   cut = selection.held_out_logits(keras_model, model_lib.TRANSFORMER_LOGITS,
-                                  examples, 4)
+                                  batches(4), rows)
   uncut = selection.held_out_logits(keras_model,
-                                    model_lib.TRANSFORMER_LOGITS, examples, 0)
+                                    model_lib.TRANSFORMER_LOGITS, batches(0),
+                                    rows)
   np.testing.assert_allclose(cut, uncut, rtol=1e-5, atol=1e-5)
+  probe = keras.Model(keras_model.inputs, keras_model.get_layer(
+      model_lib.TRANSFORMER_LOGITS).output)
+  np.testing.assert_allclose(cut, probe([token_ids]), rtol=1e-5, atol=1e-5)
   assert calibration.softmax(cut).shape == (7, 2)
+  with pytest.raises(RuntimeError, match='6 of the 7 held-out records'):
+    selection.held_out_logits(keras_model, model_lib.TRANSFORMER_LOGITS,
+                              batches(0).unbatch().take(6).batch(3), rows)
+
+
+def test_a_fold_reads_its_rows_from_the_files_as_memory_would(
+    synthetic_preprocessed):
+  data = data_lib.PreprocessedData.load(str(synthetic_preprocessed))
+  splits = (raw.TRAIN, raw.VALIDATION)
+  names = (transformed.TOKEN_IDS, transformed.LABEL_ID)
+  token_ids, labels = (np.concatenate(parts) for parts in zip(*(
+      [batch[name].numpy() for name in names]
+      for batch in data_lib.in_file_order(data, splits, names))))
+  assert len(labels) == sum(data.num_examples(split) for split in splits)
+  rows = np.flatnonzero(np.random.default_rng(0).random(len(labels)) < 0.7)
+  numbered = data_lib.of_rows(data, splits, rows, 64, bucket_width=8,
+                              numbered=True)
+  read = np.concatenate([found.numpy() for _, (_, found) in numbered])
+  assert sorted(read) == rows.tolist()
+  # Shuffled whole, the batches are those of the same records in memory:
+  # a small corpus's folds train as they did when they were held there.
+  from_files = data_lib.of_rows(data, splits, rows, 16, shuffle=True, seed=3,
+                                drop_remainder=True)
+  in_memory = data_lib.batched(
+      tf.data.Dataset.from_tensor_slices((token_ids[rows], labels[rows]))
+      .shuffle(len(rows), seed=3, reshuffle_each_iteration=True),
+      len(rows), 16, True, 0)
+  for _ in range(2):  # two epochs: reshuffled alike
+    for (files_ids, files_labels), (memory_ids, memory_labels) in zip(
+        from_files, in_memory, strict=True):
+      np.testing.assert_array_equal(files_ids, memory_ids)
+      np.testing.assert_array_equal(files_labels, memory_labels)
 
 
 @pytest.mark.parametrize('flags, message', [

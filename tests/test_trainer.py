@@ -124,24 +124,24 @@ def split_of(examples, max_len):
 
 def test_auto_caches_a_split_only_within_the_budget():
   data = split_of(1000, 100)
-  size = data_lib.parsed_bytes(data, raw.TRAIN)
+  size = data_lib.parsed_bytes(data, (raw.TRAIN,))
   assert size >= 1000 * 100 * 8
-  assert data_lib.cache_in_memory('auto', data, raw.TRAIN, size)
-  assert not data_lib.cache_in_memory('auto', data, raw.TRAIN, size - 1)
-  assert data_lib.cache_in_memory('memory', data, raw.TRAIN, 0)
-  assert not data_lib.cache_in_memory('none', data, raw.TRAIN, 10 * size)
+  assert data_lib.cache_in_memory('auto', data, (raw.TRAIN,), size)
+  assert not data_lib.cache_in_memory('auto', data, (raw.TRAIN,), size - 1)
+  assert data_lib.cache_in_memory('memory', data, (raw.TRAIN,), 0)
+  assert not data_lib.cache_in_memory('none', data, (raw.TRAIN,), 10 * size)
   with pytest.raises(ValueError, match='cache must be one of'):
-    data_lib.cache_in_memory('disk', data, raw.TRAIN, size)
+    data_lib.cache_in_memory('disk', data, (raw.TRAIN,), size)
   assert data_lib.available_memory() > 0
 
 
 def test_the_shuffle_buffer_is_bounded_by_the_budget():
   data = split_of(100000, 100)
-  per_example = data_lib.parsed_bytes(data, raw.TRAIN) // 100000
-  assert data_lib.shuffle_buffer(data, raw.TRAIN, 10**12) == 50000
-  assert data_lib.shuffle_buffer(data, raw.TRAIN, 2000 * per_example) == 2000
-  assert data_lib.shuffle_buffer(data, raw.TRAIN, 0) == 1024
-  assert data_lib.shuffle_buffer(split_of(500, 100), raw.TRAIN, 0) == 500
+  per_example = data_lib.parsed_bytes(data, (raw.TRAIN,)) // 100000
+  assert data_lib.shuffle_buffer(data, 100000, 10**12) == 50000
+  assert data_lib.shuffle_buffer(data, 100000, 2000 * per_example) == 2000
+  assert data_lib.shuffle_buffer(data, 100000, 0) == 1024
+  assert data_lib.shuffle_buffer(split_of(500, 100), 500, 0) == 500
 
 
 def test_nan_loss_is_a_job_error_and_nothing_is_exported(preprocessed,

@@ -8,7 +8,7 @@ import os
 import posixpath
 import struct
 import zlib
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -229,39 +229,40 @@ def available_memory() -> int:
     return pages * os.sysconf('SC_PAGE_SIZE')
 
 
-def parsed_bytes(data: PreprocessedData, split: str) -> int:
-  """What the split takes parsed in memory, from ``stats.json``'s counts:
+def parsed_bytes(data: PreprocessedData, splits: Sequence[str]) -> int:
+  """What ``splits`` take parsed in memory, from ``stats.json``'s counts:
   each example's max_len int64 token ids and a little more."""
-  return data.num_examples(split) * _example_bytes(data)
+  return sum(data.num_examples(split) for split in splits) * _example_bytes(
+      data)
 
 
 def _example_bytes(data: PreprocessedData) -> int:
   return data.max_len * tf.int64.size + _EXAMPLE_OVERHEAD_BYTES
 
 
-def cache_in_memory(policy: str, data: PreprocessedData, split: str,
-                    budget: int) -> bool:
-  """Whether to cache ``split`` in memory under ``policy`` (one of
+def cache_in_memory(policy: str, data: PreprocessedData,
+                    splits: Sequence[str], budget: int) -> bool:
+  """Whether to cache ``splits`` in memory under ``policy`` (one of
   CACHE_POLICIES) and a budget of ``budget`` bytes."""
   if policy not in CACHE_POLICIES:
     raise ValueError(f'cache must be one of {CACHE_POLICIES}, not {policy!r}')
   if policy != 'auto':
     return policy == 'memory'
-  size = parsed_bytes(data, split)
+  size = parsed_bytes(data, splits)
   cached = size <= budget
-  logging.info('train: the %s split takes ~%.0f MB parsed, %s the cache '
-               'budget of %.0f MB: %s', split, size / 2**20,
-               'within' if cached else 'over', budget / 2**20,
-               'cached in memory' if cached else 'read from its files '
-               'every epoch')
+  logging.info('train: the %s split%s ~%.0f MB parsed, %s the cache budget '
+               'of %.0f MB: %s', ' + '.join(splits), ' takes' if len(splits)
+               == 1 else 's take', size / 2**20, 'within' if cached else
+               'over', budget / 2**20, 'cached in memory' if cached else
+               'read from its files every epoch')
   return cached
 
 
-def shuffle_buffer(data: PreprocessedData, split: str, budget: int) -> int:
-  """Examples a shuffle holds: the whole split, or what the budget allows,
-  but at most 50,000 and at least 1,024 (a budget too small for that many
-  would not train a model either)."""
-  return min(data.num_examples(split), _MAX_SHUFFLE_BUFFER,
+def shuffle_buffer(data: PreprocessedData, count: int, budget: int) -> int:
+  """Examples a shuffle of ``count`` holds: all of them, or what the budget
+  allows, but at most 50,000 and at least 1,024 (a budget too small for
+  that many would not train a model either)."""
+  return min(count, _MAX_SHUFFLE_BUFFER,
              max(_MIN_SHUFFLE_BUFFER, budget // _example_bytes(data)))
 
 
@@ -328,50 +329,59 @@ def batched(examples: tf.data.Dataset, count: int, batch_size: int,
   return batches.prefetch(tf.data.AUTOTUNE)
 
 
-@dataclasses.dataclass
-class Examples:
-  """A split (or several) held in memory: what cross-validation deals
-  into folds and refits on."""
-  token_ids: np.ndarray  # int64 [examples, max_len]
-  labels: np.ndarray     # int64 [examples]
-  ids: np.ndarray        # object [examples], the records' ids (bytes)
+def in_file_order(data: PreprocessedData, splits: Sequence[str],
+                  names: Sequence[str]) -> tf.data.Dataset:
+  """The records of ``splits``, one split after another, each in its files'
+  order: batches of up to 1,024, parsed to the features ``names``. The
+  order rows are numbered in where the trainer picks records by row (the
+  folds, ``of_rows``)."""
+  files = [path for split in splits for path in data.files(split)]
+  if not files:
+    raise FileNotFoundError(f'no {" or ".join(splits)} files in '
+                            f'{data.data_dir}')
+  # The features every split holds: the train split's.
+  spec = data.feature_spec(raw.TRAIN, names)
+  return tf.data.TFRecordDataset(files, compression_type='GZIP').batch(
+      1024).map(lambda batch: tf.io.parse_example(batch, spec),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
-  @classmethod
-  def load(cls, data: PreprocessedData, *splits: str) -> 'Examples':
-    """The examples of ``splits``, in file order."""
-    parts = []
-    for split in splits:
-      spec = data.feature_spec(split, [transformed.TOKEN_IDS,
-                                       transformed.LABEL_ID, transformed.ID])
-      records = tf.data.TFRecordDataset(data.files(split),
-                                        compression_type='GZIP')
-      for batch in records.batch(1024).map(
-          lambda batch, spec=spec: tf.io.parse_example(batch, spec)):
-        parts.append((batch[transformed.TOKEN_IDS].numpy(),
-                      batch[transformed.LABEL_ID].numpy(),
-                      batch[transformed.ID].numpy()))
-    token_ids, labels, ids = zip(*parts)
-    return cls(np.concatenate(token_ids), np.concatenate(labels),
-               np.concatenate(ids))
 
-  def __len__(self) -> int:
-    return len(self.labels)
+def of_rows(data: PreprocessedData, splits: Sequence[str],
+            rows: Optional[np.ndarray], batch_size: int,
+            shuffle: bool = False, seed: int = None, cache: bool = False,
+            drop_remainder: bool = False, bucket_width: int = 0,
+            buffer_size: int = _MAX_SHUFFLE_BUFFER,
+            numbered: bool = False) -> tf.data.Dataset:
+  """Batches of (token ids, label id) of the records of ``splits`` at
+  ``rows`` (sorted, numbered as ``in_file_order`` reads them; None: every
+  one), read from the files in that order, so that what a fold trains on
+  or holds out is never held in memory beyond ``cache``'s choice and the
+  shuffle's ``buffer_size``. With ``numbered``, each label id comes with
+  its record's row: (token ids, (label id, row)).
 
-  def take(self, rows: np.ndarray) -> 'Examples':
-    return Examples(self.token_ids[rows], self.labels[rows], self.ids[rows])
-
-  def dataset(self, batch_size: int, shuffle: bool = False, seed: int = None,
-              drop_remainder: bool = False,
-              bucket_width: int = 0) -> tf.data.Dataset:
-    """Batches of (token ids, label id), as ``dataset`` makes them of a
-    split's files."""
-    examples = tf.data.Dataset.from_tensor_slices((self.token_ids,
-                                                   self.labels))
-    if shuffle:
-      examples = examples.shuffle(len(self), seed=seed,
-                                  reshuffle_each_iteration=True)
-    return batched(examples, len(self), batch_size, drop_remainder,
-                   bucket_width)
+  Without a shuffle, or with one holding them all, the batches are those
+  of the same records held in memory and shuffled by the same seed.
+  """
+  total = sum(data.num_examples(split) for split in splits)
+  names = [transformed.TOKEN_IDS, transformed.LABEL_ID]
+  records = in_file_order(data, splits, names).unbatch().enumerate()
+  count = total
+  if rows is not None:
+    count = len(rows)
+    kept = np.zeros(total, bool)
+    kept[rows] = True
+    kept = tf.constant(kept)
+    records = records.filter(lambda row, _: tf.gather(kept, row))
+  if cache:
+    records = records.cache()
+  if shuffle:
+    records = records.shuffle(min(count, buffer_size), seed=seed,
+                              reshuffle_each_iteration=True)
+  examples = records.map(
+      lambda row, example: (example[transformed.TOKEN_IDS],
+                            (example[transformed.LABEL_ID], row) if numbered
+                            else example[transformed.LABEL_ID]))
+  return batched(examples, count, batch_size, drop_remainder, bucket_width)
 
 
 def length_buckets(examples: tf.data.Dataset, batch_size: int, width: int,

@@ -17,7 +17,6 @@ from trainer import folds as folds_lib
 from trainer import inputs as inputs_lib
 from trainer import model as model_lib
 from trainer import ngram_fit
-from trainer import ngrams
 from trainer import runs
 from trainer import selection
 from trainer import settings as settings_lib
@@ -43,11 +42,11 @@ class Trained:
 class Start:
   """What the final fit starts from: its inputs, the model's fields (with
   the n-gram count cross-validation chose), and cross-validation's choice
-  with the n-grams of its examples (None when validation chooses)."""
+  with the n-gram counts its folds took (None when validation chooses)."""
   inputs: inputs_lib.Inputs
   params: model_lib.ModelParams
   choice: Optional[selection.Choice] = None
-  table: Optional[ngrams.DocumentNgrams] = None
+  table: Optional[ngram_fit.FoldTable] = None
 
   def epochs(self, branch: str) -> Optional[int]:
     """``branch``'s most epochs as cross-validation chose them; None: its
@@ -64,10 +63,9 @@ def fit(settings: settings_lib.Settings, data: data_lib.PreprocessedData,
   seconds = {}  # what each part of the training took
   if settings.folds:
     planned = planned or folds_lib.plan(settings, data)
-    # The n-grams of every document, found once: the folds' vocabularies
-    # count its train rows, the final one all of them.
-    table = (ngrams.DocumentNgrams.fit(planned.examples.dataset(1024),
-                                       settings.params.ngram_order)
+    # The n-gram counts, found once: each fold's vocabulary is taken from
+    # them, and the final one.
+    table = (ngram_fit.fold_table(settings, data, planned.splits)
              if model_lib.NGRAM_LOGITS in settings.params.branches else None)
     choice = folds_lib.cross_validate(settings, settings.params, data,
                                       planned, table, run)
@@ -93,8 +91,8 @@ def fit(settings: settings_lib.Settings, data: data_lib.PreprocessedData,
 def after_cross_validation(settings: settings_lib.Settings,
                            data: data_lib.PreprocessedData,
                            planned: folds_lib.Folds, choice: selection.Choice,
-                           table: Optional[ngrams.DocumentNgrams]) -> Start:
-  """The final fit on the examples in memory (with --refit, validation's
+                           table: Optional[ngram_fit.FoldTable]) -> Start:
+  """The final fit on the train split (with --refit, validation's records
   too), at the n-gram count cross-validation chose."""
   params = settings.params
   if choice.ngram_min_count:
@@ -102,7 +100,10 @@ def after_cross_validation(settings: settings_lib.Settings,
                                  ngram_min_count=choice.ngram_min_count)
   validation = None if settings.refit else inputs_lib.validation_batches(
       settings, data, inputs_lib.cache_budget(settings))
-  return Start(inputs_lib.in_memory(settings, planned.examples, validation),
+  if table is not None and settings.refit:
+    table = ngram_fit.with_validation(table, data, params.ngram_order)
+  return Start(inputs_lib.of_rows(settings, data, planned.splits, None,
+                                  planned.cached, validation),
                params, choice, table)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 import cli
 from schemas import raw
+from schemas import transformed
 from trainer import branch_fit
 from trainer import data as data_lib
 from trainer import inputs as inputs_lib
@@ -28,25 +29,37 @@ CROSS_VALIDATION_DIR = 'cross_validation'
 
 @dataclasses.dataclass
 class Folds:
-  """Cross-validation's plan: the examples in memory (train, then
-  validation with --refit), the train split's alone, and the fold of each
-  of those."""
-  examples: data_lib.Examples
-  train: data_lib.Examples
-  fold_of: np.ndarray
+  """Cross-validation's plan: the fold and label of each train record (in
+  ``data.in_file_order``'s order), and the splits the final fit reads
+  (train, then validation with --refit). The records themselves stay in
+  their files: a fold reads them from there (``data.of_rows``)."""
+  fold_of: np.ndarray  # int8 [train records]
+  labels: np.ndarray   # int64 [train records]
   groups: int
+  splits: Tuple[str, ...]
+  cached: bool         # whether a fold keeps what it reads in memory
+
+  def rows(self, fold: int, held_out: bool) -> np.ndarray:
+    """The train rows ``fold`` holds out, or those it trains on."""
+    return np.flatnonzero((self.fold_of == fold) == held_out)
 
 
 def plan(settings: settings_lib.Settings,
          data: data_lib.PreprocessedData) -> Folds:
-  """Deals the train split into --folds folds by its groups; a JobError,
-  before anything is written, where that cannot be done."""
-  examples = data_lib.Examples.load(
-      data, raw.TRAIN, *([raw.VALIDATION] if settings.refit else []))
-  train_examples = examples.take(np.arange(data.num_examples(raw.TRAIN)))
-  keys = selection.fold_keys(train_examples, data.params)
+  """Deals the train split into --folds folds by its groups, in one pass
+  over its files that keeps eight bytes a record; a JobError, before
+  anything is written, where that cannot be done."""
+  digests, labels = [], []
   try:
-    fold_of = selection.assign_folds(keys, settings.folds, settings.seed)
+    for batch in data_lib.in_file_order(
+        data, (raw.TRAIN,), (transformed.ID, transformed.TOKEN_IDS,
+                             transformed.LABEL_ID)):
+      digests.append(selection.fold_digests(selection.fold_keys(
+          batch[transformed.ID].numpy(), batch[transformed.TOKEN_IDS].numpy(),
+          data.params), settings.seed))
+      labels.append(batch[transformed.LABEL_ID].numpy())
+    digests = np.concatenate(digests)
+    fold_of = selection.assign_folds(digests, settings.folds)
   except ValueError as error:
     raise cli.JobError(f'--folds={settings.folds}: {error} in the train '
                        f'split of {data.data_dir}; use fewer') from error
@@ -56,20 +69,24 @@ def plan(settings: settings_lib.Settings,
   except ValueError as error:
     raise cli.JobError(f'--folds={settings.folds}: {error}; use fewer folds '
                        'or a smaller --batch_size') from error
-  return Folds(examples, train_examples, fold_of, len(set(keys)))
+  splits = (raw.TRAIN, *([raw.VALIDATION] if settings.refit else []))
+  return Folds(fold_of, np.concatenate(labels), len(np.unique(digests)),
+               splits, data_lib.cache_in_memory(
+                   settings.cache, data, splits,
+                   inputs_lib.cache_budget(settings)))
 
 
 def cross_validate(settings: settings_lib.Settings,
                    params: model_lib.ModelParams,
                    data: data_lib.PreprocessedData, planned: Folds,
-                   table: Optional[ngrams.DocumentNgrams], run: runs.Run
+                   table: Optional[ngram_fit.FoldTable], run: runs.Run
                    ) -> selection.Choice:
   """Grouped k-fold cross-validation of every branch over the train split
   as ``planned``: the n-gram branch at each minimum count to try (largest
   first, until one is no better), each branch for its epochs, a fold
   stopped after --patience epochs without a better held-out figure.
-  ``table`` holds the n-grams of the train split in its first rows."""
-  labels, monitor = planned.train.labels, settings.monitor
+  ``table``: ``ngram_fit.fold_table``'s."""
+  labels, monitor = planned.labels, settings.monitor
   better = selection.better(monitor)
   candidates = {}
   for branch in params.branches:
@@ -101,23 +118,24 @@ def cross_validate(settings: settings_lib.Settings,
 def held_out_candidate(settings: settings_lib.Settings,
                        params: model_lib.ModelParams,
                        data: data_lib.PreprocessedData, planned: Folds,
-                       table: Optional[ngrams.DocumentNgrams], run: runs.Run,
+                       table: Optional[ngram_fit.FoldTable], run: runs.Run,
                        branch: str, min_count: Optional[int]
                        ) -> Optional[selection.Candidate]:
   """``branch`` (the n-gram branch at ``min_count``) fitted in each fold
   and read after every epoch on the fold it did not see; None where a
   fold has no n-gram in ``min_count`` of its training documents."""
   is_ngram = branch == model_lib.NGRAM_LOGITS
-  examples, fold_of = planned.train, planned.fold_of
   candidate = selection.Candidate(
       branch, {'ngram_min_count': min_count} if is_ngram else {})
   for fold in range(settings.folds):
-    fitted_rows = np.flatnonzero(fold_of != fold)
+    fitted_rows = planned.rows(fold, held_out=False)
+    held_out_rows = planned.rows(fold, held_out=True)
     vocabulary = None
     if is_ngram:
       try:
-        vocabulary = table.vocabulary(len(data.label_names), fitted_rows,
-                                      min_count)
+        vocabulary = ngram_fit.fold_vocabulary(
+            table, data, params.ngram_order, fitted_rows, held_out_rows,
+            min_count)
       except ValueError:
         return None  # a count above every n-gram's in this fold
     model = model_lib.build_model(
@@ -126,17 +144,22 @@ def held_out_candidate(settings: settings_lib.Settings,
                             model='nbsvm' if is_ngram else 'transformer'),
         vocabulary)
     held_out = selection.HeldOutFold(
-        model, branch, examples.take(fold_of == fold), settings.bucket_width,
-        settings.monitor, settings.patience)
+        model, branch, data_lib.of_rows(
+            data, (raw.TRAIN,), held_out_rows, selection.SCORING_BATCH,
+            cache=planned.cached, bucket_width=settings.bucket_width,
+            numbered=True),
+        held_out_rows, planned.labels[held_out_rows], settings.monitor,
+        settings.patience)
     name = (f'{branch}-min_count_{min_count}-fold_{fold + 1}' if is_ngram
             else f'{branch}-fold_{fold + 1}')
     branch_fit.fit_branch(
         settings, model, branch,
-        inputs_lib.in_memory(settings, examples.take(fitted_rows), None),
+        inputs_lib.of_rows(settings, data, (raw.TRAIN,), fitted_rows,
+                           planned.cached),
         tuple(posixpath.join(folder, CROSS_VALIDATION_DIR, name)
               for folder in (run.scratch, run.logs)), held_out=held_out,
         label=f'cross-validation: {name} of {settings.folds}')
-    candidate.add_fold(np.flatnonzero(fold_of == fold), held_out.logits)
+    candidate.add_fold(held_out_rows, held_out.logits)
   return candidate
 
 
@@ -165,13 +188,13 @@ def convex_candidates(settings: settings_lib.Settings,
   ``ngram_solver.PATIENCE`` are no better: a candidate each pair, read on
   the fold it did not see; a JobError where no count leaves an n-gram in
   every fold."""
-  labels, monitor = planned.train.labels, settings.monitor
+  labels, monitor = planned.labels, settings.monitor
   found = []
   for min_count in ngram_fit.min_counts(params):
     paths = []  # each fold's held-out rows and solutions, in step
     for fold in range(settings.folds):
-      fitted_rows = np.flatnonzero(planned.fold_of != fold)
-      held_out_rows = np.flatnonzero(planned.fold_of == fold)
+      fitted_rows = planned.rows(fold, held_out=False)
+      held_out_rows = planned.rows(fold, held_out=True)
       try:
         vocabulary = table.vocabulary(len(data.label_names), fitted_rows,
                                       min_count)

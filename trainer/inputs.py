@@ -1,10 +1,11 @@
-"""What a fit reads: batches of the train split, reshuffled every epoch,
-and of the validation split, from the preprocessing output's files or from
-examples held in memory. The test split is left for the final evaluation
-of the export alone."""
+"""What a fit reads: batches of the train split (or of a fold's part of it,
+or of train + validation), reshuffled every epoch, and of the validation
+split, from the preprocessing output's files. The test split is left for
+the final evaluation of the export alone."""
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from schemas import raw
@@ -38,8 +39,10 @@ def from_files(settings: settings_lib.Settings,
   train_data = data_lib.dataset(
       data, raw.TRAIN, settings.batch_size, shuffle=True, seed=settings.seed,
       drop_remainder=True, bucket_width=settings.bucket_width,
-      cache=data_lib.cache_in_memory(settings.cache, data, raw.TRAIN, budget),
-      buffer_size=data_lib.shuffle_buffer(data, raw.TRAIN, budget))
+      cache=data_lib.cache_in_memory(settings.cache, data, (raw.TRAIN,),
+                                     budget),
+      buffer_size=data_lib.shuffle_buffer(
+          data, data.num_examples(raw.TRAIN), budget))
   train_once = data_lib.dataset(data, raw.TRAIN, 1024, cache=False)
   return Inputs(train_data, validation_batches(settings, data, budget),
                 data.num_examples(raw.TRAIN), train_once)
@@ -53,15 +56,23 @@ def validation_batches(settings: settings_lib.Settings,
   return data_lib.dataset(
       data, raw.VALIDATION, max(settings.batch_size, 256),
       bucket_width=settings.bucket_width,
-      cache=data_lib.cache_in_memory(settings.cache, data, raw.VALIDATION,
-                                     budget))
+      cache=data_lib.cache_in_memory(settings.cache, data,
+                                     (raw.VALIDATION,), budget))
 
 
-def in_memory(settings: settings_lib.Settings, examples: data_lib.Examples,
-              validation: Optional[tf.data.Dataset]) -> Inputs:
-  """The ``Inputs`` of examples held in memory."""
+def of_rows(settings: settings_lib.Settings, data: data_lib.PreprocessedData,
+            splits: Sequence[str], rows: Optional[np.ndarray], cached: bool,
+            validation: Optional[tf.data.Dataset] = None) -> Inputs:
+  """The ``Inputs`` of the records of ``splits`` at ``rows`` (None: all of
+  them), read from their files (a fold's training part, or what a refit
+  trains on), kept in memory after the first epoch where ``cached``."""
+  count = (sum(data.num_examples(split) for split in splits) if rows is None
+           else len(rows))
   return Inputs(
-      examples.dataset(settings.batch_size, shuffle=True, seed=settings.seed,
-                       drop_remainder=True,
-                       bucket_width=settings.bucket_width),
-      validation, len(examples), examples.dataset(1024))
+      data_lib.of_rows(
+          data, splits, rows, settings.batch_size, shuffle=True,
+          seed=settings.seed, cache=cached, drop_remainder=True,
+          bucket_width=settings.bucket_width,
+          buffer_size=data_lib.shuffle_buffer(data, count,
+                                              cache_budget(settings))),
+      validation, count, data_lib.of_rows(data, splits, rows, 1024))

@@ -7,13 +7,14 @@ import dataclasses
 import itertools
 import logging
 import posixpath
-from typing import Optional
+from typing import Optional, Union
 
 from google.protobuf import message
 import numpy as np
 import tensorflow as tf
 
 import cli
+from schemas import raw
 from schemas import transformed
 from serving import ngrams as serving_ngrams
 from trainer import branch_fit
@@ -31,6 +32,9 @@ from trainer import settings as settings_lib
 # memorise its training documents by their rare n-grams, too high a one
 # drops useful n-grams, and where between depends on the corpus.
 MIN_COUNTS = (32, 16, 8, 4, 2)
+# What cross-validation's folds take their n-gram counts from (``fold_table``):
+# each document's n-grams, or the statistics' counts.
+FoldTable = Union[ngrams.DocumentNgrams, ngrams.Vocabulary]
 
 
 @dataclasses.dataclass
@@ -61,7 +65,7 @@ def fit_ngram_branch(settings: settings_lib.Settings,
   sub-folder a count when there are several); keeps the best on
   validation. ``every``: the n-grams of ``fitting``'s training documents
   when already found (else ``counted_ngrams``)."""
-  counted = every or counted_ngrams(params, data, fitting)
+  counted = every or counted_ngrams(params, data, fitting.train_once)
   counts = min_counts(params)
   monitor = settings.monitor
   better = selection.better(monitor)
@@ -98,13 +102,15 @@ def fit_ngram_branch(settings: settings_lib.Settings,
 
 
 def counted_ngrams(params: model_lib.ModelParams,
-                   data: data_lib.PreprocessedData, fitting: inputs_lib.Inputs):
+                   data: data_lib.PreprocessedData, documents):
   """What the vocabulary of each minimum count is taken from (its
   ``vocabulary(num_classes, min_count=...)``): the n-gram statistics the
-  preprocessing job counted on its runner, read, not counted again; the
-  train split counted here where they cannot serve (an output preprocessed
-  before the job counted them, longer n-grams than it counts, or a count
-  below its least). A JobError where they are there but not whole."""
+  preprocessing job counted on its runner over the train split, read, not
+  counted again; else ``documents`` (batches of token ids and label ids:
+  the train split's) counted here, where they cannot serve (an output
+  preprocessed before the job counted them, longer n-grams than it counts,
+  or a count below its least). A JobError where they are there but not
+  whole."""
   section = data.stats.get(transformed.NGRAMS_STATS)
   lowest = min(min_counts(params))
   if (section and params.ngram_order <= section['max_order'] and
@@ -125,7 +131,54 @@ def counted_ngrams(params: model_lib.ModelParams,
                'its output holds no n-gram statistics' if not section else
                f'--ngram_order={params.ngram_order} or a minimum count of '
                f'{lowest}, beyond what its statistics hold')
-  return ngrams.DocumentNgrams.fit(fitting.train_once, params.ngram_order)
+  return ngrams.DocumentNgrams.fit(documents, params.ngram_order)
+
+
+def fold_table(settings: settings_lib.Settings,
+               data: data_lib.PreprocessedData, splits) -> FoldTable:
+  """What cross-validation's folds, and the fit after them, take their
+  n-gram counts from: the n-grams of each document of ``splits`` (train,
+  then validation with --refit) where the convex solver fits on them or
+  the statistics cannot serve (``counted_ngrams``), else the statistics."""
+  documents = data_lib.of_rows(data, splits, None, 1024)
+  if settings.ngram_fit == 'convex':
+    return ngrams.DocumentNgrams.fit(documents, settings.params.ngram_order)
+  return counted_ngrams(settings.params, data, documents)
+
+
+def fold_vocabulary(table: FoldTable, data: data_lib.PreprocessedData, order: int,
+                    fitted_rows: np.ndarray, held_out_rows: np.ndarray,
+                    min_count: int) -> ngrams.Vocabulary:
+  """The vocabulary of a fold's training part (the train rows
+  ``fitted_rows``) at ``min_count``, from ``fold_table``'s ``table``:
+  counted over its documents' n-grams, or the statistics less the
+  documents the fold holds out (``held_out_rows``, read from the files,
+  counted among the statistics' n-grams: one that the statistics leave out
+  is in fewer training documents than any count tried). ValueError where
+  no n-gram is in ``min_count`` of them."""
+  classes = len(data.label_names)
+  if isinstance(table, ngrams.DocumentNgrams):
+    return table.vocabulary(classes, fitted_rows, min_count)
+  held_out = ngrams.counted_among(
+      table.keys, data_lib.of_rows(data, (raw.TRAIN,), held_out_rows, 1024),
+      order, classes)
+  return ngrams.Vocabulary(table.keys, table.counts - held_out,
+                           table.ratios).vocabulary(classes,
+                                                    min_count=min_count)
+
+
+def with_validation(table: FoldTable, data: data_lib.PreprocessedData,
+                    order: int) -> FoldTable:
+  """``fold_table``'s ``table`` as a fit on train + validation takes its
+  counts: the statistics (the train split's) with the validation split's
+  documents counted among their n-grams; the documents' own n-grams hold
+  both splits already."""
+  if isinstance(table, ngrams.DocumentNgrams):
+    return table
+  return ngrams.Vocabulary(
+      table.keys, table.counts + ngrams.counted_among(
+          table.keys, data_lib.of_rows(data, (raw.VALIDATION,), None, 1024),
+          order, len(data.label_names)), table.ratios)
 
 
 def fit_convex(settings: settings_lib.Settings,

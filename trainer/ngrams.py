@@ -137,6 +137,23 @@ class DocumentNgrams:
                           max(min_count, 1), alpha)
 
 
+def counted_among(keys: np.ndarray, batches, max_order: int,
+                  num_classes: int) -> np.ndarray:
+  """[n-grams, classes]: the documents of ``batches`` (token ids, label id)
+  holding each n-gram of ``keys`` (sorted fingerprints) in a class; other
+  n-grams are not counted. One batch's n-grams in memory at a time."""
+  flat = tf.function(lambda token_ids: _flat_fingerprints(token_ids,
+                                                          max_order))
+  counts = np.zeros(len(keys) * num_classes, np.int64)
+  for token_ids, label_ids in batches:
+    values, rows = (found.numpy() for found in flat(token_ids))
+    at = np.minimum(np.searchsorted(keys, values), max(len(keys) - 1, 0))
+    known = keys[at] == values if len(keys) else np.zeros(len(values), bool)
+    np.add.at(counts, at[known] * num_classes +
+              np.asarray(label_ids)[rows[known]], 1)
+  return counts.reshape(len(keys), num_classes)
+
+
 def _flat_fingerprints(token_ids, max_order):
   """The (fingerprint, row in the batch) pairs of a batch: one a
   document's distinct n-gram."""

@@ -25,10 +25,9 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from schemas import raw
-from schemas import transformed
-from trainer import data as data_lib
 from trainer import model as model_lib
 
 # What the report names the choices' evidence.
@@ -46,9 +45,8 @@ CROSS_VALIDATION = 'cross-validation'
 FOLDS = 5
 AUTO_MAX_EXAMPLES = 10_000
 AUTO_MAX_TOKENS = 2_000_000
-# Held-out documents scored at once, sorted by length so that a batch is
-# cut to its longest (as the length buckets do).
-_SCORING_BATCH = 256
+# Held-out documents scored at once, in length buckets (``data.of_rows``).
+SCORING_BATCH = 256
 
 
 def auto_folds(train_examples: int, median_length: int, epochs: int,
@@ -69,12 +67,14 @@ def unkept_group_field(params: Dict) -> Optional[str]:
   return (params.get('read_config') or {}).get('group_field') or None
 
 
-def fold_keys(examples: data_lib.Examples, params: Dict) -> List[bytes]:
-  """What keeps examples together: the group the preprocessing job took
-  from each id with its ``--group_pattern``, else the text itself (its
-  token ids), as the split's hash of the text does. ValueError for an
-  output split by ``--group_field`` (``unkept_group_field``): by text, its
-  folds would deal one group's records to both sides."""
+def fold_keys(ids: np.ndarray, token_ids: np.ndarray,
+              params: Dict) -> List[bytes]:
+  """What keeps records together, for the records of ``ids`` (bytes) and
+  ``token_ids``: the group the preprocessing job took from each id with its
+  ``--group_pattern``, else the text itself (its token ids), as the split's
+  hash of the text does. ValueError for an output split by
+  ``--group_field`` (``unkept_group_field``): by text, its folds would deal
+  one group's records to both sides."""
   field = unkept_group_field(params)
   if field:
     raise ValueError(f'its splits follow --group_field={field}, which its '
@@ -83,26 +83,33 @@ def fold_keys(examples: data_lib.Examples, params: Dict) -> List[bytes]:
   pattern = params.get('group_pattern')
   pattern = re.compile(pattern) if pattern else None
   keys = []
-  for record_id, token_ids in zip(examples.ids, examples.token_ids):
+  for record_id, record_token_ids in zip(ids, token_ids):
     group = pattern and raw.group_from(
         record_id.decode('utf-8', 'replace'), pattern)
     keys.append(b'group:' + group.encode() if group else
-                b'text:' + np.trim_zeros(token_ids, 'b').tobytes())
+                b'text:' + np.trim_zeros(record_token_ids, 'b').tobytes())
   return keys
 
 
-def assign_folds(keys: List[bytes], folds: int, seed: int) -> np.ndarray:
-  """Each example's fold, 0..folds-1: the distinct keys in the order of a
-  seeded hash, dealt to the folds in turn, so that every fold holds as many
-  groups (give or take one) and a key's examples share one fold."""
-  distinct = sorted(set(keys), key=lambda key: hashlib.sha256(
-      seed.to_bytes(8, 'big') + key).digest())
+def fold_digests(keys: Iterable[bytes], seed: int) -> np.ndarray:
+  """Each key's seeded hash, as uint64: eight bytes a record are what the
+  folds are dealt from, however large the train split."""
+  return np.array([int.from_bytes(hashlib.sha256(
+      seed.to_bytes(8, 'big') + key).digest()[:8], 'big') for key in keys],
+                  np.uint64)
+
+
+def assign_folds(digests: np.ndarray, folds: int) -> np.ndarray:
+  """Each record's fold, 0..folds-1, from its key's ``fold_digests``: the
+  distinct keys in the order of their hash, dealt to the folds in turn, so
+  that every fold holds as many groups (give or take one) and a key's
+  records share one fold."""
+  distinct, rank = np.unique(digests, return_inverse=True)
   if len(distinct) < folds:
     raise ValueError(f'{folds} folds need as many groups; there '
                      f'{"is" if len(distinct) == 1 else "are"} only '
                      f'{len(distinct)}')
-  fold_of = {key: rank % folds for rank, key in enumerate(distinct)}
-  return np.array([fold_of[key] for key in keys], np.int64)
+  return (rank.reshape(-1) % folds).astype(np.int8)
 
 
 def check_training_parts(fold_of: np.ndarray, folds: int,
@@ -119,47 +126,48 @@ def check_training_parts(fold_of: np.ndarray, folds: int,
           f'than a batch of {batch_size}, so not one training step would run')
 
 
-def held_out_logits(model: keras.Model, branch: str, examples:
-                    data_lib.Examples, width: int) -> np.ndarray:
-  """``branch``'s logits [examples, classes] for ``examples``, in their
-  order; batches of similar length, each cut to a multiple of ``width``."""
+def held_out_logits(model: keras.Model, branch: str,
+                    batches: tf.data.Dataset, rows: np.ndarray) -> np.ndarray:
+  """``branch``'s logits [rows, classes] for the records at ``rows``
+  (sorted), in their order; ``batches``: theirs, as ``data.of_rows`` reads
+  them numbered, in any order."""
   probe = keras.Model(model.inputs, model.get_layer(branch).output)
-  lengths = (examples.token_ids != transformed.PAD_ID).sum(axis=1)
-  order = np.argsort(lengths, kind='stable')
-  logits = np.zeros((len(examples), probe.output_shape[-1]), np.float32)
-  for start in range(0, len(order), _SCORING_BATCH):
-    rows = order[start:start + _SCORING_BATCH]
-    cut = examples.token_ids.shape[1]
-    if width:
-      longest = max(int(lengths[rows].max()), 1)
-      cut = min(-(-longest // width) * width, cut)
-    logits[rows] = np.asarray(probe([examples.token_ids[rows, :cut]],
-                                    training=False))
+  logits = np.zeros((len(rows), probe.output_shape[-1]), np.float32)
+  seen = np.zeros(len(rows), bool)
+  for token_ids, (_, batch_rows) in batches:
+    at = np.searchsorted(rows, batch_rows.numpy())
+    logits[at] = np.asarray(probe([token_ids], training=False))
+    seen[at] = True
+  if not seen.all():
+    raise RuntimeError(f'{int(seen.sum())} of the {len(rows)} held-out '
+                       'records were read: the files changed under the '
+                       'trainer?')
   return logits
 
 
 class HeldOutFold(keras.callbacks.Callback):
-  """After every epoch, the branch's logits on the held-out fold, and its
+  """After every epoch, the branch's logits on the held-out fold (the
+  records at ``rows``, labelled ``labels``, read as ``batches``), and its
   accuracy and loss there as ``val_accuracy`` and ``val_loss`` (for the
   callbacks after it: the history, the logs). Stops the fold after
   ``patience`` epochs without a better ``monitor``: its later epochs count
   as its last (``Candidate.scores``)."""
 
   def __init__(self, model: keras.Model, branch: str,
-               held_out: data_lib.Examples, width: int, monitor: str,
-               patience: int):
+               batches: tf.data.Dataset, rows: np.ndarray,
+               labels: np.ndarray, monitor: str, patience: int):
     super().__init__()
-    self.whole, self.branch, self.held_out, self.width = (model, branch,
-                                                          held_out, width)
+    self.whole, self.branch, self.batches = model, branch, batches
+    self.rows, self.labels = rows, labels
     self.monitor, self.patience = monitor, patience
     self.logits = []  # one [examples, classes] a epoch
     self.scores = []
 
   def on_epoch_end(self, epoch, logs=None):
-    logits = held_out_logits(self.whole, self.branch, self.held_out,
-                             self.width)
+    logits = held_out_logits(self.whole, self.branch, self.batches,
+                             self.rows)
     self.logits.append(logits)
-    figures = {name: measure(logits, self.held_out.labels)
+    figures = {name: measure(logits, self.labels)
                for name, measure in MEASURES.items()}
     if logs is not None:
       logs.update(figures)
