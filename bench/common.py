@@ -14,6 +14,8 @@ import tempfile
 import threading
 import time
 
+import numpy as np
+
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The checkout's clusters package, which no install holds.
 sys.path.append(_REPO)
@@ -48,6 +50,16 @@ def machine():
   return (f'{platform.machine()}, {os.cpu_count()} cores, '
           f'{os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30:.0f}'
           f' GiB, Python {platform.python_version()}')
+
+
+def split_arrays(data, split: str, names):
+  """The features ``names`` of every record of ``split`` of a preprocessing
+  output (``trainer.data.PreprocessedData``), in file order, as whole
+  arrays: what a benchmark that holds a split in memory reads."""
+  from trainer import data as data_lib  # pylint: disable=import-outside-toplevel
+  batches = [[batch[name].numpy() for name in names]
+             for batch in data_lib.in_file_order(data, (split,), names)]
+  return [np.concatenate(parts) for parts in zip(*batches)]
 
 
 def argument_parser(description: str) -> argparse.ArgumentParser:

@@ -35,6 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import argument_parser  # pylint: disable=wrong-import-position
 from common import machine  # pylint: disable=wrong-import-position
+from common import split_arrays  # pylint: disable=wrong-import-position
 import train as train_bench  # pylint: disable=wrong-import-position
 
 # name: CountVectorizer's arguments beyond (1, 3)-grams, binary.
@@ -139,10 +140,9 @@ def cross_validated(recipe: dict, data_dir: str, folds: int, seed: int,
   from trainer import selection  # pylint: disable=import-outside-toplevel
   data = data_lib.PreprocessedData.load(data_dir)
   from schemas import transformed  # pylint: disable=import-outside-toplevel
-  names = (transformed.ID, transformed.TOKEN_IDS, transformed.LABEL_ID)
-  ids, token_ids, label_ids = (np.concatenate(parts) for parts in zip(*(
-      [batch[name].numpy() for name in names]
-      for batch in data_lib.in_file_order(data, (raw.TRAIN,), names))))
+  ids, token_ids, label_ids = split_arrays(
+      data, raw.TRAIN, (transformed.ID, transformed.TOKEN_IDS,
+                        transformed.LABEL_ID))
   if texts == 'raw':
     documents = [open(path.decode(), encoding='utf-8').read()
                  for path in ids]

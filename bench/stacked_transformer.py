@@ -35,6 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import argument_parser  # pylint: disable=wrong-import-position
 from common import machine  # pylint: disable=wrong-import-position
+from common import split_arrays  # pylint: disable=wrong-import-position
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Convex weights of the transformer tried for the plain mix.
@@ -46,8 +47,8 @@ def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
   return round(selection.accuracy(logits, labels), 4)
 
 
-def transformer_held_out(settings, data, examples, fold_of, folds: int,
-                         offsets) -> list:
+def transformer_held_out(settings, data, token_ids, labels, fold_of,
+                         folds: int, offsets) -> list:
   """Every example's transformer logits from the fold model that did not
   see it, after each epoch; trained on softmax(logits + offsets) when
   ``offsets`` are given, on softmax(logits) when None."""
@@ -59,10 +60,10 @@ def transformer_held_out(settings, data, examples, fold_of, folds: int,
   schedule = settings.schedule(model_lib.TRANSFORMER_LOGITS)
   classes = len(data.label_names)
   width = min(data.max_len, params.transformer_len or data.max_len)
-  token_ids = examples.token_ids[:, :width]
-  offsets = (np.zeros((len(examples), classes), np.float32)
+  token_ids = token_ids[:, :width]
+  offsets = (np.zeros((len(labels), classes), np.float32)
              if offsets is None else offsets)
-  by_epoch = [np.zeros((len(examples), classes), np.float32)
+  by_epoch = [np.zeros((len(labels), classes), np.float32)
               for _ in range(schedule.epochs)]
   for fold in range(folds):
     fitted, held = np.flatnonzero(fold_of != fold), fold_of == fold
@@ -80,7 +81,7 @@ def transformer_held_out(settings, data, examples, fold_of, folds: int,
                     loss=keras.losses.SparseCategoricalCrossentropy(),
                     jit_compile=True)
     batches = tf.data.Dataset.from_tensor_slices(
-        ((token_ids[fitted], offsets[fitted]), examples.labels[fitted])
+        ((token_ids[fitted], offsets[fitted]), labels[fitted])
     ).shuffle(len(fitted), seed=settings.seed).batch(settings.batch_size,
                                                     drop_remainder=True)
     for epoch in range(schedule.epochs):
@@ -96,8 +97,10 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
   stacked transformer, each read on the same held-out folds; ``flags``
   after the configuration's training flags."""
   import keras  # pylint: disable=import-outside-toplevel
+  from schemas import raw  # pylint: disable=import-outside-toplevel
+  from schemas import transformed  # pylint: disable=import-outside-toplevel
   from trainer import folds as folds_lib  # pylint: disable=import-outside-toplevel
-  from trainer import ngrams  # pylint: disable=import-outside-toplevel
+  from trainer import ngram_fit  # pylint: disable=import-outside-toplevel
   from trainer import runs  # pylint: disable=import-outside-toplevel
   from trainer import settings as settings_lib  # pylint: disable=import-outside-toplevel
   from trainer import train  # pylint: disable=import-outside-toplevel
@@ -110,24 +113,24 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
   params = settings.params
   keras.utils.set_random_seed(seed)
   planned = folds_lib.plan(settings, data)
-  examples, fold_of = planned.train, planned.fold_of
-  labels = examples.labels
+  fold_of, labels = planned.fold_of, planned.labels
+  token_ids, = split_arrays(data, raw.TRAIN, (transformed.TOKEN_IDS,))
   started = time.time()
   # The trainer's own cross-validation of the n-gram branch alone: its
   # held-out logits at the best epoch, in the same folds.
   ngram = folds_lib.cross_validate(
       settings, dataclasses.replace(params, model='nbsvm'), data, planned,
-      ngrams.DocumentNgrams.fit(examples.dataset(1024), params.ngram_order),
+      ngram_fit.fold_table(settings, data, planned.splits),
       runs.Run(scratch)).logits[:, 0]
-  result = {'folds': folds, 'examples': len(examples),
+  result = {'folds': folds, 'examples': len(labels),
             'ngram_min_count': params.ngram_min_count,
             'ngram': accuracy(ngram, labels),
             'ngram_s': round(time.time() - started)}
   for kind in ('alone', 'stacked'):
     started = time.time()
-    by_epoch = transformer_held_out(settings, data, examples, fold_of,
-                                    folds, ngram if kind == 'stacked'
-                                    else None)
+    by_epoch = transformer_held_out(settings, data, token_ids, labels,
+                                    fold_of, folds, ngram if kind ==
+                                    'stacked' else None)
     if kind == 'alone':
       result['alone'] = [{
           'transformer': accuracy(logits, labels),

@@ -195,24 +195,33 @@ DASK_WORKERS = {
 }
 
 
+def started_dask(stack: contextlib.ExitStack, workers, logs):
+  """A dask.distributed scheduler and a `dask worker` command for each of
+  ``workers`` (their arguments) of single-threaded processes, stopped when
+  ``stack`` closes, their logs in ``logs``: (the scheduler's address, its
+  process)."""
+  port = processes.free_port()
+  address = f'127.0.0.1:{port}'
+  scheduler = stack.enter_context(running(
+      [sys.executable, '-m', 'distributed.cli.dask_scheduler',
+       '--host=127.0.0.1', f'--port={port}', '--no-dashboard'], port,
+      logs / 'scheduler.log'))
+  for index, worker_args in enumerate(workers):
+    stack.enter_context(running(
+        [sys.executable, '-m', 'distributed.cli.dask_worker',
+         f'tcp://{address}', '--nthreads=1', '--no-dashboard',
+         *worker_args], port, logs / f'worker-{index}.log', cwd=REPO))
+  return address, scheduler
+
+
 @pytest.fixture(scope='module', params=sorted(DASK_WORKERS))
 def dask_cluster(request, tmp_path_factory):
   """A dask.distributed scheduler and two single-threaded worker processes,
   all connected before the fixture returns; their logs in a folder of the
   test's temporary files."""
-  logs = tmp_path_factory.mktemp('dask-logs')
-  port = processes.free_port()
-  address = f'127.0.0.1:{port}'
   with contextlib.ExitStack() as stack:
-    stack.enter_context(running(
-        [sys.executable, '-m', 'distributed.cli.dask_scheduler',
-         '--host=127.0.0.1', f'--port={port}', '--no-dashboard'], port,
-        logs / 'scheduler.log'))
-    for index, worker_args in enumerate(DASK_WORKERS[request.param]):
-      stack.enter_context(running(
-          [sys.executable, '-m', 'distributed.cli.dask_worker',
-           f'tcp://{address}', '--nthreads=1', '--no-dashboard',
-           *worker_args], port, logs / f'worker-{index}.log', cwd=REPO))
+    address, _ = started_dask(stack, DASK_WORKERS[request.param],
+                              tmp_path_factory.mktemp('dask-logs'))
     with distributed.Client(address) as client:
       client.wait_for_workers(2, timeout=120)
     yield ['--runner=pipeline.dask_runner.DaskRunner',
@@ -384,17 +393,8 @@ def test_a_job_whose_dask_scheduler_is_lost_fails(tmp_path):
   from apache_beam.options.pipeline_options import PipelineOptions
   from apache_beam.runners.runner import PipelineState
   started, never = tmp_path / 'started', tmp_path / 'never'
-  port = processes.free_port()
-  address = f'127.0.0.1:{port}'
   with contextlib.ExitStack() as stack:
-    scheduler = stack.enter_context(running(
-        [sys.executable, '-m', 'distributed.cli.dask_scheduler',
-         '--host=127.0.0.1', f'--port={port}', '--no-dashboard'], port,
-        tmp_path / 'scheduler.log'))
-    stack.enter_context(running(
-        [sys.executable, '-m', 'distributed.cli.dask_worker',
-         f'tcp://{address}', '--nthreads=1', '--no-dashboard'], port,
-        tmp_path / 'worker.log', cwd=REPO))
+    address, scheduler = started_dask(stack, [[]], tmp_path)
 
     def wait(number):
       started.touch()
