@@ -120,7 +120,7 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
   # held-out logits at the best epoch, in the same folds.
   ngram = folds_lib.cross_validate(
       settings, dataclasses.replace(params, model='nbsvm'), data, planned,
-      ngram_fit.fold_table(settings, data, planned.splits),
+      ngram_fit.fold_table(settings, data, (raw.TRAIN,)),
       runs.Run(scratch)).logits[:, 0]
   result = {'folds': folds, 'examples': len(labels),
             'ngram_min_count': params.ngram_min_count,

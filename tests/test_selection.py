@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import cli
 from schemas import raw
 from schemas import transformed
 from serving import exports
@@ -252,7 +253,7 @@ def test_held_out_logits_keep_the_rows_order_in_any_batching():
       model_lib.TRANSFORMER_LOGITS).output)
   np.testing.assert_allclose(cut, probe([token_ids]), rtol=1e-5, atol=1e-5)
   assert calibration.softmax(cut).shape == (7, 2)
-  with pytest.raises(RuntimeError, match='6 of the 7 held-out records'):
+  with pytest.raises(cli.JobError, match='6 of the 7 held-out records'):
     selection.held_out_logits(keras_model, model_lib.TRANSFORMER_LOGITS,
                               batches(0).unbatch().take(6).batch(3), rows)
 
@@ -284,6 +285,14 @@ def test_a_fold_reads_its_rows_from_the_files_as_memory_would(
         from_files, in_memory, strict=True):
       np.testing.assert_array_equal(files_ids, memory_ids)
       np.testing.assert_array_equal(files_labels, memory_labels)
+  # A shuffle smaller than the rows reads the files in a new order each
+  # epoch: every row once an epoch, wherever its file comes.
+  windowed = data_lib.of_rows(data, splits, rows, 16, shuffle=True, seed=3,
+                              buffer_size=16, numbered=True)
+  epochs = [np.concatenate([found.numpy() for _, (_, found) in windowed])
+            for _ in range(2)]
+  assert [sorted(epoch) for epoch in epochs] == [rows.tolist()] * 2
+  assert epochs[0].tolist() != epochs[1].tolist()
 
 
 @pytest.mark.parametrize('flags, message', [

@@ -44,6 +44,8 @@ class PreprocessedData:
   max_len: int
   # What the folder held when the trainer began to read it.
   fingerprint: str = ''
+  # The records of each split file, as ``load`` counted them.
+  file_records: Dict[str, int] = dataclasses.field(default_factory=dict)
 
   @classmethod
   def load(cls, data_dir: str) -> 'PreprocessedData':
@@ -106,7 +108,8 @@ class PreprocessedData:
       held = 0
       for path in self.files(split):
         try:
-          held += count_records(path)
+          self.file_records[path] = count_records(path)
+          held += self.file_records[path]
         except (ValueError, OSError, EOFError, zlib.error,
                 tf.errors.OpError) as error:
           raise _incomplete(self.data_dir, f'{path} cannot be read whole '
@@ -329,21 +332,48 @@ def batched(examples: tf.data.Dataset, count: int, batch_size: int,
   return batches.prefetch(tf.data.AUTOTUNE)
 
 
+def _serialized(data: PreprocessedData, splits: Sequence[str]) -> List[str]:
+  files = [path for split in splits for path in data.files(split)]
+  if not files:
+    raise FileNotFoundError(f'no {" or ".join(splits)} files in '
+                            f'{data.data_dir}')
+  return files
+
+
+def _parse(data: PreprocessedData, names: Sequence[str]):
+  """Batches of serialized records -> the features ``names`` (those every
+  split holds: the train split's)."""
+  spec = data.feature_spec(raw.TRAIN, names)
+  return lambda batch: tf.io.parse_example(batch, spec)
+
+
 def in_file_order(data: PreprocessedData, splits: Sequence[str],
                   names: Sequence[str]) -> tf.data.Dataset:
   """The records of ``splits``, one split after another, each in its files'
   order: batches of up to 1,024, parsed to the features ``names``. The
   order rows are numbered in where the trainer picks records by row (the
   folds, ``of_rows``)."""
-  files = [path for split in splits for path in data.files(split)]
-  if not files:
-    raise FileNotFoundError(f'no {" or ".join(splits)} files in '
-                            f'{data.data_dir}')
-  # The features every split holds: the train split's.
-  spec = data.feature_spec(raw.TRAIN, names)
-  return tf.data.TFRecordDataset(files, compression_type='GZIP').batch(
-      1024).map(lambda batch: tf.io.parse_example(batch, spec),
-                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return tf.data.TFRecordDataset(
+      _serialized(data, splits), compression_type='GZIP').batch(1024).map(
+          _parse(data, names), num_parallel_calls=tf.data.AUTOTUNE,
+          deterministic=True)
+
+
+def _numbered(data: PreprocessedData, splits: Sequence[str],
+              shuffle_files: bool, seed: int) -> tf.data.Dataset:
+  """(row, serialized record) of every record of ``splits``, rows numbered
+  as ``in_file_order`` reads them; with ``shuffle_files``, the files read
+  in a new order each pass, interleaved, as ``dataset`` reads a split."""
+  files = _serialized(data, splits)
+  if not shuffle_files:
+    return tf.data.TFRecordDataset(files, compression_type='GZIP').enumerate()
+  starts = np.cumsum([0] + [data.file_records[path] for path in files[:-1]])
+  return tf.data.Dataset.from_tensor_slices((files, starts)).shuffle(
+      len(files), seed=seed, reshuffle_each_iteration=True).interleave(
+          lambda path, start: tf.data.TFRecordDataset(
+              path, compression_type='GZIP').enumerate(start),
+          cycle_length=min(4, len(files)),
+          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def of_rows(data: PreprocessedData, splits: Sequence[str],
@@ -354,28 +384,34 @@ def of_rows(data: PreprocessedData, splits: Sequence[str],
             numbered: bool = False) -> tf.data.Dataset:
   """Batches of (token ids, label id) of the records of ``splits`` at
   ``rows`` (sorted, numbered as ``in_file_order`` reads them; None: every
-  one), read from the files in that order, so that what a fold trains on
-  or holds out is never held in memory beyond ``cache``'s choice and the
-  shuffle's ``buffer_size``. With ``numbered``, each label id comes with
-  its record's row: (token ids, (label id, row)).
+  one), read from the files and picked before they are parsed, so that
+  what a fold trains on or holds out is never held in memory beyond
+  ``cache``'s choice and the shuffle's ``buffer_size``. With ``numbered``,
+  each label id comes with its record's row: (token ids, (label id, row)).
 
-  Without a shuffle, or with one holding them all, the batches are those
-  of the same records held in memory and shuffled by the same seed.
+  A shuffle that holds every record reads the files in order: its batches
+  are then those of the same records held in memory and shuffled by the
+  same seed. One that cannot, uncached, reads the files in a new order
+  each pass, interleaved, as ``dataset`` does.
   """
   total = sum(data.num_examples(split) for split in splits)
-  names = [transformed.TOKEN_IDS, transformed.LABEL_ID]
-  records = in_file_order(data, splits, names).unbatch().enumerate()
-  count = total
+  count = total if rows is None else len(rows)
+  buffer_size = min(count, buffer_size)
+  records = _numbered(data, splits, shuffle and not cache and
+                      buffer_size < count, seed)
   if rows is not None:
-    count = len(rows)
     kept = np.zeros(total, bool)
     kept[rows] = True
     kept = tf.constant(kept)
     records = records.filter(lambda row, _: tf.gather(kept, row))
+  parse = _parse(data, [transformed.TOKEN_IDS, transformed.LABEL_ID])
+  records = records.batch(1024).map(
+      lambda rows, batch: (rows, parse(batch)),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
   if cache:
     records = records.cache()
   if shuffle:
-    records = records.shuffle(min(count, buffer_size), seed=seed,
+    records = records.shuffle(buffer_size, seed=seed,
                               reshuffle_each_iteration=True)
   examples = records.map(
       lambda row, example: (example[transformed.TOKEN_IDS],

@@ -47,8 +47,9 @@ class Folds:
 def plan(settings: settings_lib.Settings,
          data: data_lib.PreprocessedData) -> Folds:
   """Deals the train split into --folds folds by its groups, in one pass
-  over its files that keeps eight bytes a record; a JobError, before
-  anything is written, where that cannot be done."""
+  over its files that keeps a few bytes a record (its group's digest, its
+  label, its fold); a JobError, before anything is written, where that
+  cannot be done."""
   digests, labels = [], []
   try:
     for batch in data_lib.in_file_order(

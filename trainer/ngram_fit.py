@@ -127,7 +127,8 @@ def counted_ngrams(params: model_lib.ModelParams,
                  section['min_documents'])
     return ngrams.Vocabulary(statistics.keys, statistics.counts,
                              np.zeros(statistics.counts.shape, np.float32))
-  logging.info('n-gram counts: counted here, over the train split (%s)',
+  logging.info('n-gram counts: counted here, over the training documents '
+               '(%s)',
                'its output holds no n-gram statistics' if not section else
                f'--ngram_order={params.ngram_order} or a minimum count of '
                f'{lowest}, beyond what its statistics hold')

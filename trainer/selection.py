@@ -27,6 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import cli
 from schemas import raw
 from trainer import model as model_lib
 
@@ -139,9 +140,10 @@ def held_out_logits(model: keras.Model, branch: str,
     logits[at] = np.asarray(probe([token_ids], training=False))
     seen[at] = True
   if not seen.all():
-    raise RuntimeError(f'{int(seen.sum())} of the {len(rows)} held-out '
-                       'records were read: the files changed under the '
-                       'trainer?')
+    raise cli.JobError(f'{int(seen.sum())} of the {len(rows)} held-out '
+                       'records were read: did a preprocessing run publish '
+                       'into the folder while the trainer read it? Nothing '
+                       'was published; train again')
   return logits
 
 
