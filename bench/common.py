@@ -52,13 +52,14 @@ def machine():
           f' GiB, Python {platform.python_version()}')
 
 
-def split_arrays(data, split: str, names):
-  """The features ``names`` of every record of ``split`` of a preprocessing
+def split_arrays(data, splits, names):
+  """The features ``names`` of every record of ``splits`` of a preprocessing
   output (``trainer.data.PreprocessedData``), in file order, as whole
-  arrays: what a benchmark that holds a split in memory reads."""
+  arrays: what a benchmark (or a test) that holds a split in memory
+  reads."""
   from trainer import data as data_lib  # pylint: disable=import-outside-toplevel
   batches = [[batch[name].numpy() for name in names]
-             for batch in data_lib.in_file_order(data, (split,), names)]
+             for batch in data_lib.in_file_order(data, splits, names)]
   return [np.concatenate(parts) for parts in zip(*batches)]
 
 

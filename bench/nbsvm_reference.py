@@ -141,8 +141,8 @@ def cross_validated(recipe: dict, data_dir: str, folds: int, seed: int,
   data = data_lib.PreprocessedData.load(data_dir)
   from schemas import transformed  # pylint: disable=import-outside-toplevel
   ids, token_ids, label_ids = split_arrays(
-      data, raw.TRAIN, (transformed.ID, transformed.TOKEN_IDS,
-                        transformed.LABEL_ID))
+      data, (raw.TRAIN,), (transformed.ID, transformed.TOKEN_IDS,
+                           transformed.LABEL_ID))
   if texts == 'raw':
     documents = [open(path.decode(), encoding='utf-8').read()
                  for path in ids]

@@ -114,7 +114,7 @@ def compare(data_dir: str, config: str, min_count: int, folds: int,
   keras.utils.set_random_seed(seed)
   planned = folds_lib.plan(settings, data)
   fold_of, labels = planned.fold_of, planned.labels
-  token_ids, = split_arrays(data, raw.TRAIN, (transformed.TOKEN_IDS,))
+  token_ids, = split_arrays(data, (raw.TRAIN,), (transformed.TOKEN_IDS,))
   started = time.time()
   # The trainer's own cross-validation of the n-gram branch alone: its
   # held-out logits at the best epoch, in the same folds.

@@ -286,19 +286,14 @@ def dataset(data: PreprocessedData, split: str, batch_size: int,
   cut to the longest of them, rounded up to a multiple of the width (see
   ``length_buckets``); the feature must then be the token ids.
   """
-  files = data.files(split)
-  if not files:
-    raise FileNotFoundError(f'no {split} files in {data.data_dir}')
-  spec = data.feature_spec(split, [feature, transformed.LABEL_ID])
+  files = _serialized(data, (split,))
   paths = tf.data.Dataset.from_tensor_slices(files)
   if shuffle and not cache:
     paths = paths.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-  records = paths.interleave(
-      lambda path: tf.data.TFRecordDataset(path, compression_type='GZIP'),
-      cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=True)
+  records = _interleaved(paths, lambda path: tf.data.TFRecordDataset(
+      path, compression_type='GZIP'), len(files))
   parsed = records.batch(1024).map(
-      lambda batch: tf.io.parse_example(batch, spec),
+      _parse(data, (feature, transformed.LABEL_ID), split),
       num_parallel_calls=tf.data.AUTOTUNE).unbatch()
   if cache:
     parsed = parsed.cache()
@@ -333,6 +328,7 @@ def batched(examples: tf.data.Dataset, count: int, batch_size: int,
 
 
 def _serialized(data: PreprocessedData, splits: Sequence[str]) -> List[str]:
+  """The files of ``splits``, one split's after another's."""
   files = [path for split in splits for path in data.files(split)]
   if not files:
     raise FileNotFoundError(f'no {" or ".join(splits)} files in '
@@ -340,11 +336,21 @@ def _serialized(data: PreprocessedData, splits: Sequence[str]) -> List[str]:
   return files
 
 
-def _parse(data: PreprocessedData, names: Sequence[str]):
-  """Batches of serialized records -> the features ``names`` (those every
-  split holds: the train split's)."""
-  spec = data.feature_spec(raw.TRAIN, names)
+def _parse(data: PreprocessedData, names: Sequence[str],
+           split: str = raw.TRAIN):
+  """Batches of serialized records -> the features ``names`` of ``split``
+  (by default those every split holds: the train split's)."""
+  spec = data.feature_spec(split, names)
   return lambda batch: tf.io.parse_example(batch, spec)
+
+
+def _interleaved(sources: tf.data.Dataset, read, files: int
+                 ) -> tf.data.Dataset:
+  """The records ``read`` gives of each of ``sources`` (a split's files, in
+  the order a pass takes them), a few files read at once."""
+  return sources.interleave(read, cycle_length=min(4, files),
+                            num_parallel_calls=tf.data.AUTOTUNE,
+                            deterministic=True)
 
 
 def in_file_order(data: PreprocessedData, splits: Sequence[str],
@@ -368,12 +374,11 @@ def _numbered(data: PreprocessedData, splits: Sequence[str],
   if not shuffle_files:
     return tf.data.TFRecordDataset(files, compression_type='GZIP').enumerate()
   starts = np.cumsum([0] + [data.file_records[path] for path in files[:-1]])
-  return tf.data.Dataset.from_tensor_slices((files, starts)).shuffle(
-      len(files), seed=seed, reshuffle_each_iteration=True).interleave(
-          lambda path, start: tf.data.TFRecordDataset(
-              path, compression_type='GZIP').enumerate(start),
-          cycle_length=min(4, len(files)),
-          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return _interleaved(
+      tf.data.Dataset.from_tensor_slices((files, starts)).shuffle(
+          len(files), seed=seed, reshuffle_each_iteration=True),
+      lambda path, start: tf.data.TFRecordDataset(
+          path, compression_type='GZIP').enumerate(start), len(files))
 
 
 def of_rows(data: PreprocessedData, splits: Sequence[str],

@@ -124,7 +124,12 @@ def held_out_candidate(settings: settings_lib.Settings,
                        ) -> Optional[selection.Candidate]:
   """``branch`` (the n-gram branch at ``min_count``) fitted in each fold
   and read after every epoch on the fold it did not see; None where a
-  fold has no n-gram in ``min_count`` of its training documents."""
+  fold has no n-gram in ``min_count`` of its training documents.
+
+  Each fold's readers (and cache) and, from the statistics, its held-out
+  n-gram counts are made again for each count tried: kept across the
+  counts, every fold's would be held at once, the folds' times what one
+  fold's cache and counts may take."""
   is_ngram = branch == model_lib.NGRAM_LOGITS
   candidate = selection.Candidate(
       branch, {'ngram_min_count': min_count} if is_ngram else {})
@@ -153,13 +158,19 @@ def held_out_candidate(settings: settings_lib.Settings,
         settings.patience)
     name = (f'{branch}-min_count_{min_count}-fold_{fold + 1}' if is_ngram
             else f'{branch}-fold_{fold + 1}')
-    branch_fit.fit_branch(
-        settings, model, branch,
-        inputs_lib.of_rows(settings, data, (raw.TRAIN,), fitted_rows,
-                           planned.cached),
-        tuple(posixpath.join(folder, CROSS_VALIDATION_DIR, name)
-              for folder in (run.scratch, run.logs)), held_out=held_out,
-        label=f'cross-validation: {name} of {settings.folds}')
+    try:
+      branch_fit.fit_branch(
+          settings, model, branch,
+          inputs_lib.of_rows(settings, data, (raw.TRAIN,), fitted_rows,
+                             planned.cached),
+          tuple(posixpath.join(folder, CROSS_VALIDATION_DIR, name)
+                for folder in (run.scratch, run.logs)), held_out=held_out,
+          label=f'cross-validation: {name} of {settings.folds}')
+    except selection.ShortRead as error:
+      data.check_unchanged()  # the likely cause, named where it is so
+      raise cli.JobError(f'{data.data_dir}: {error} in {name}, yet the folder '
+                         'is unchanged since the trainer began; nothing was '
+                         'published') from error
     candidate.add_fold(held_out_rows, held_out.logits)
   return candidate
 

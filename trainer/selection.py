@@ -27,7 +27,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import cli
 from schemas import raw
 from trainer import model as model_lib
 
@@ -140,11 +139,14 @@ def held_out_logits(model: keras.Model, branch: str,
     logits[at] = np.asarray(probe([token_ids], training=False))
     seen[at] = True
   if not seen.all():
-    raise cli.JobError(f'{int(seen.sum())} of the {len(rows)} held-out '
-                       'records were read: did a preprocessing run publish '
-                       'into the folder while the trainer read it? Nothing '
-                       'was published; train again')
+    raise ShortRead(f'{int(seen.sum())} of the {len(rows)} held-out records '
+                    'were read')
   return logits
+
+
+class ShortRead(ValueError):
+  """A held-out fold's files gave fewer records than the fold holds: the
+  caller, which knows the folder, finds out why."""
 
 
 class HeldOutFold(keras.callbacks.Callback):
