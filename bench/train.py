@@ -7,8 +7,9 @@ the metrics the trainer computed by serving its export over the validation
 and test splits. In the same run,
 the anchor: a TF-IDF bag-of-bigrams logistic regression (scikit-learn,
 ``bench/tfidf.py``, the ``bench`` extra) fitted on exactly the same train
-split, its C chosen on the same validation split, measured on the same test
-split.
+split, its C chosen as the trainer chose (on the same validation split, or
+by as many folds of cross-validation over train, then refitted on train +
+validation where the trainer was), measured on the same test split.
 
 The flags of each run are those of ``configs/<name>/preprocess.args`` and
 ``configs/<name>/train.args``, passed to the jobs as argument files;
@@ -184,13 +185,16 @@ def corpus_splits(corpus_dir: str, corpus: str, input_pattern: str,
   return splits
 
 
-def tfidf_baseline(splits: dict) -> dict:
+def tfidf_baseline(splits: dict, folds: int = 0, refit: bool = False
+                   ) -> dict:
   """The TF-IDF bag-of-bigrams logistic regression (bench/tfidf.py) on the
-  job's own splits: C chosen on validation, reported on test."""
+  job's own splits, chosen as the trainer chose: C on validation, or by
+  ``folds``-fold cross-validation over train (refitted on train +
+  validation with ``refit``); reported on test."""
   import tfidf  # pylint: disable=import-outside-toplevel
   from schemas import raw  # pylint: disable=import-outside-toplevel
   return tfidf.baseline(splits[raw.TRAIN], splits[raw.VALIDATION],
-                        splits[raw.TEST])
+                        splits[raw.TEST], folds=folds, refit=refit)
 
 
 def prepare_corpus(corpus: str, work: str, cache: str) -> tuple:
@@ -260,7 +264,9 @@ def train_run(name: str, corpus: str, corpus_dir: str, pattern: str,
     metadata = json.load(handle)
   training, calibration = metadata['training'], metadata['calibration']
   test = metrics['test']
-  ours = {'selected_on': metrics['selected_on'], 'refit': metrics['refit'],
+  folds = (training['choices'].get('cross_validation') or {}).get('folds', 0)
+  ours = {'selected_on': metrics['selected_on'], 'folds': folds,
+          'refit': metrics['refit'],
           'validation_accuracy': metrics['validation']['accuracy'],
           'accuracy': test['accuracy'], 'macro_f1': test['macro_f1'],
           'test_ece': round(test['calibration']['after']['ece'], 4),
@@ -307,14 +313,15 @@ def main():
                      os.path.join(work, 'runs', f'{name}-{corpus}'), args.seed)
     preprocess_flags = config_flags(name, 'preprocess') + corpus_flags(corpus)
     # Configurations of one corpus with the same split policy share their
-    # splits, and so the baseline: fitted once.
+    # splits, and so the baseline where they chose alike: fitted once.
     split_key = (corpus, pattern, split_policy(preprocess_flags))
-    if split_key not in baselines:
-      baselines[split_key] = tfidf_baseline(
-          corpus_splits(corpus_dir, *split_key))
+    protocol = (ours['folds'], ours['refit'] and bool(ours['folds']))
+    if (split_key, protocol) not in baselines:
+      baselines[split_key, protocol] = tfidf_baseline(
+          corpus_splits(corpus_dir, *split_key), *protocol)
     results[f'{name}:{corpus}'] = {
         'preprocess': preprocess_flags, 'train': config_flags(name, 'train'),
-        'ours': ours, 'tfidf_bigram_lr': baselines[split_key]}
+        'ours': ours, 'tfidf_bigram_lr': baselines[split_key, protocol]}
     if (name, corpus) == ('imdb_best', 'imdb'):
       results[f'{name}:{corpus}']['nbsvm_reference'] = nbsvm_anchor(
           ours, work, args.cache, args.seed or 0)

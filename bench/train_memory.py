@@ -19,11 +19,15 @@ fold reads its part from the files and takes its counts from the
 statistics less what it holds out, so its peak should follow the ``read``
 arm's, not the corpus.
 
+``--arms=defaults`` adds the trainer as a user first runs it, with no
+flag: both branches, each chosen on validation, the corpus cached as its
+memory budget allows.
+
 Beside them, the TF-IDF + logistic regression baseline (``bench/tfidf.py``,
 C chosen on validation) on the same splits, also as a whole process.
 
     python bench/train_memory.py [--docs=50000,200000]
-        [--arms=read,counted,folds,tfidf] [--cache DIR] [--work DIR]
+        [--arms=read,counted,folds,defaults,tfidf] [--cache DIR] [--work DIR]
 
 ``--arms=read`` leaves out counting in memory and the baseline, which at a
 million documents need more memory than the benchmark's machine may have.
@@ -49,7 +53,7 @@ ACCURACY_TOLERANCE = 0.001
 # refit on train + validation.
 FOLD_FLAGS = ['--model=nbsvm', '--ngram_fit=epochs', '--folds=3', '--refit',
               '--ngram_min_count=8', '--ngram_epochs=1', '--cache=none']
-ARMS = ('read', 'counted', 'folds', 'tfidf')
+ARMS = ('read', 'counted', 'folds', 'defaults', 'tfidf')
 
 
 def without_statistics(data_dir: str, copy: str) -> str:
@@ -109,7 +113,8 @@ def main():
                       help='Comma-separated: the trainer with the n-gram '
                       'counts read from the statistics (read) or counted '
                       'in its memory (counted), chosen by cross-validation '
-                      '(folds), the baseline (tfidf).')
+                      '(folds), with no flag (defaults), the baseline '
+                      '(tfidf).')
   args = parser.parse_args()
   chosen = set(args.arms.split(','))
   if not chosen or chosen - set(ARMS):
@@ -140,6 +145,9 @@ def main():
       arms['cross-validated'] = train_arm(
           data_dir, os.path.join(work, f'model-folds-{documents}'),
           FOLD_FLAGS)
+    if 'defaults' in chosen:
+      arms['defaults'] = train_arm(
+          data_dir, os.path.join(work, f'model-defaults-{documents}'), ())
     if 'tfidf' in chosen:
       arms['tf-idf + logistic regression'] = tfidf_arm(corpus)
     # The same model either way, up to the order of float32 sums.

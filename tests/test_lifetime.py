@@ -195,21 +195,26 @@ def run(argv):
     threading.Thread(target=fill, daemon=True).start()
     time.sleep(600)
 
+# The bound under test (its second argument), shorter than a run's own:
+# the mechanism is the same.
+cli.STOP_SECONDS = int(sys.argv[2])
 cli.main(run)
 """
+_STOP_SECONDS = 5
 
 
 def test_a_stopped_command_ends_while_standard_error_is_full(tmp_path):
   """Its reader stopped reading: the stop cannot say so, and the command
   still ends within its bound, its staging folder removed."""
   command = subprocess.Popen(
-      [sys.executable, '-c', _BLOCKED, str(tmp_path / 'scores')], cwd=REPO,
+      [sys.executable, '-c', _BLOCKED, str(tmp_path / 'scores'),
+       str(_STOP_SECONDS)], cwd=REPO,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   # Until its writes block: the pipe's buffer is full.
   wait_until(lambda: 'pipe_write' in _wait_channel(command.pid), seconds=120)
   assert os.listdir(tmp_path)  # the staging folder
   command.send_signal(signal.SIGTERM)
-  command.wait(timeout=cli.STOP_SECONDS + 30)
+  command.wait(timeout=_STOP_SECONDS + 30)
   assert command.returncode == 128 + signal.SIGTERM
   assert not os.listdir(tmp_path)
 
