@@ -1,11 +1,15 @@
 """A real S3-compatible server on 127.0.0.1 (moto), for Beam's S3 filesystem."""
 import contextlib
+import functools
 import logging
+from unittest import mock
 import urllib.request
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 import boto3
+from botocore import loaders
+from botocore import session as botocore_session
 from moto.server import ThreadedMotoServer
 
 BUCKET = 'bucket'
@@ -31,8 +35,14 @@ def s3_server():
                aws_secret_access_key='x',
                region_name='us-east-1').create_bucket(Bucket=BUCKET)
   FileSystems.set_options(PipelineOptions(options))
+  # Beam's S3 filesystem makes a boto3 session for every call, and every
+  # session parses botocore's JSON models again: in a test of hundreds of
+  # calls, most of its time. Sessions that share one loader parse each
+  # model once; every request still goes to the server.
+  shared_loader = functools.lru_cache(maxsize=None)(loaders.create_loader)
   try:
-    yield options
+    with mock.patch.object(botocore_session, 'create_loader', shared_loader):
+      yield options
   finally:
     FileSystems.set_options(None)
     server.stop()
