@@ -1,8 +1,8 @@
 """The strong bag-of-bigrams baseline: TF-IDF + logistic regression.
 
 scikit-learn's ``TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)``
-and ``LogisticRegression``, the baseline of issue 10 (90.57 % on the
-official IMDB split). The regularisation C is chosen from a small grid as
+and ``LogisticRegression``, the strongest fair baseline we know for
+n-gram models. The regularisation C is chosen from a small grid as
 the trainer makes its own choices: on the validation split, or, where the
 trainer cross-validated, by k-fold cross-validation over train and then
 refitted on train + validation; the chosen model is reported on test once.
@@ -18,9 +18,10 @@ from typing import Dict, Sequence, Tuple
 import numpy as np
 
 # Each step costs one fit. The baseline's best C sat at 100, the end of a
-# grid that stopped there, on IMDB, SpamAssassin and SMS: the grid goes on
-# until the best is inside it, so the baseline is as strong as its own
-# choice can make it.
+# grid that stopped there, on IMDB, SpamAssassin and SMS; with the grid
+# going on to 1,000 the best on IMDB and SMS sits at its end again, by a
+# margin under 0.2 point over 300 on what chose it (the accuracy is flat
+# there), so the grid stops at 1,000.
 C_GRID = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 VALIDATION, CROSS_VALIDATION = 'validation', 'cross-validation'
 
@@ -60,34 +61,38 @@ def baseline(train: Split, validation: Split, test: Split,
   def classifier(c):
     return linear_model.LogisticRegression(C=c, max_iter=1000)
 
-  texts, labels = list(train[0]), np.asarray(train[1])
-  if folds:
+  def best(scores):
+    # The smallest C among equals: the most regularised of the best.
+    return max(c_grid, key=lambda c: (scores[c], -c))
+
+  def chosen_on_validation():
+    # One vectorizer for every C: on IMDB it costs more than a fit.
+    features = vectorizer().fit(list(train[0]))
+    train_x = features.transform(list(train[0]))
+    validation_x = features.transform(list(validation[0]))
+    fitted = {c: classifier(c).fit(train_x, np.asarray(train[1]))
+              for c in c_grid}
+    scores = {c: float(fitted[c].score(validation_x,
+                                       np.asarray(validation[1])))
+              for c in c_grid}
+    return scores, pipeline.make_pipeline(features, fitted[best(scores)])
+
+  def chosen_by_folds():
     # The vectorizer is fitted within each fold, as the trainer's folds
     # count their n-grams on their training part alone.
     splitter = model_selection.StratifiedKFold(folds, shuffle=True,
                                                random_state=seed)
     scores = {c: float(np.mean(model_selection.cross_val_score(
-        pipeline.make_pipeline(vectorizer(), classifier(c)), texts, labels,
-        cv=splitter))) for c in c_grid}
-  else:
-    # One vectorizer for every C: on IMDB it costs more than a fit.
-    features = vectorizer().fit(texts)
-    train_x = features.transform(texts)
-    validation_x = features.transform(list(validation[0]))
-    fitted = {c: classifier(c).fit(train_x, labels) for c in c_grid}
-    scores = {c: float(fitted[c].score(validation_x,
-                                       np.asarray(validation[1])))
-              for c in c_grid}
-  # The smallest C among equals: the most regularised of the best.
-  chosen = max(c_grid, key=lambda c: (scores[c], -c))
-  if folds:
-    if refit:
-      texts += list(validation[0])
-      labels = np.concatenate([labels, np.asarray(validation[1])])
-    final = pipeline.make_pipeline(vectorizer(), classifier(chosen)).fit(
-        texts, labels)
-  else:
-    final = pipeline.make_pipeline(features, fitted[chosen])
+        pipeline.make_pipeline(vectorizer(), classifier(c)), list(train[0]),
+        np.asarray(train[1]), cv=splitter))) for c in c_grid}
+    fitted_on = [train, validation] if refit else [train]
+    texts = [text for split in fitted_on for text in split[0]]
+    labels = np.concatenate([np.asarray(split[1]) for split in fitted_on])
+    return scores, pipeline.make_pipeline(
+        vectorizer(), classifier(best(scores))).fit(texts, labels)
+
+  scores, final = chosen_by_folds() if folds else chosen_on_validation()
+  chosen = best(scores)
   test_labels = np.asarray(test[1])
   predictions = final.predict(list(test[0]))
   labels = final.classes_

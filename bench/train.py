@@ -315,7 +315,8 @@ def main():
     # Configurations of one corpus with the same split policy share their
     # splits, and so the baseline where they chose alike: fitted once.
     split_key = (corpus, pattern, split_policy(preprocess_flags))
-    protocol = (ours['folds'], ours['refit'] and bool(ours['folds']))
+    # The trainer refuses --refit without folds: the two say the protocol.
+    protocol = (ours['folds'], ours['refit'])
     if (split_key, protocol) not in baselines:
       baselines[split_key, protocol] = tfidf_baseline(
           corpus_splits(corpus_dir, *split_key), *protocol)
