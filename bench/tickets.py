@@ -95,11 +95,17 @@ def tickets(count: int = COUNT, seed: int = SEED):
   return rows
 
 
-def main() -> None:
-  with open(TICKETS, 'w', newline='', encoding='utf-8') as handle:
+def write(path: str = TICKETS, seed: int = SEED) -> None:
+  """The tickets of ``seed`` as a CSV file (id, text, label) at ``path``."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w', newline='', encoding='utf-8') as handle:
     out = csv.writer(handle)
     out.writerow(['id', 'text', 'label'])
-    out.writerows(tickets())
+    out.writerows(tickets(seed=seed))
+
+
+def main() -> None:
+  write()
   print(TICKETS)
 
 

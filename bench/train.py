@@ -19,9 +19,11 @@ Corpora derived from IMDB, written as JSONL beside it: ``imdb_sentences``,
 the first sentence of each review (about 20 words; the official split and
 the movie groups kept), and ``imdb_2k``, 2,000 reviews of the official train
 split with the whole official test split; ``tickets`` is the benchmarks'
-own 500 support tickets (``bench/tickets.py``).
+own 500 support tickets (``bench/tickets.py``), or with --tickets_seed
+another draw of them.
 
     python bench/train.py [--only imdb_seed,defaults:imdb_sentences,...]
+        [--tickets_seed=N]
 """
 import json
 import os
@@ -197,12 +199,18 @@ def tfidf_baseline(splits: dict, folds: int = 0, refit: bool = False
                         splits[raw.TEST], folds=folds, refit=refit)
 
 
-def prepare_corpus(corpus: str, work: str, cache: str) -> tuple:
+def prepare_corpus(corpus: str, work: str, cache: str,
+                   tickets_seed: int = None) -> tuple:
   """(corpus folder, input below it): fetched, and derived where the
-  corpus is derived."""
+  corpus is derived; the tickets drawn again with ``tickets_seed``."""
   dataset, pattern = CORPORA[corpus]
   if dataset is None:
-    return os.path.dirname(os.path.abspath(__file__)), pattern
+    if tickets_seed is None:
+      return os.path.dirname(os.path.abspath(__file__)), pattern
+    import tickets  # pylint: disable=import-outside-toplevel
+    drawn = os.path.join(work, f'tickets-{tickets_seed}')
+    tickets.write(os.path.join(drawn, pattern), seed=tickets_seed)
+    return drawn, pattern
   run_process([sys.executable, '-m', 'pipeline.datasets', 'fetch', dataset,
                '--dest', work, '--cache', cache])
   corpus_dir = os.path.join(work, {'imdb': 'aclImdb'}.get(dataset, dataset))
@@ -302,13 +310,18 @@ def main():
                       help='Runs, configuration[:corpus], comma-separated.')
   parser.add_argument('--seed', type=int, default=None,
                       help='The trainer\'s --seed, for a repeat of a run.')
+  parser.add_argument('--tickets_seed', type=int, default=None,
+                      help='The tickets drawn again by bench/tickets.py '
+                      'with this seed, not the committed ones: how far a '
+                      'figure on 500 tickets moves with the draw.')
   args = parser.parse_args()
   runs = [parse_run(run) for run in args.only.split(',')]
   work = args.work or tempfile.mkdtemp(prefix='bench-train-')
   print(f'machine: {machine()}', flush=True)
   results, baselines = {}, {}
   for name, corpus in runs:
-    corpus_dir, pattern = prepare_corpus(corpus, work, args.cache)
+    corpus_dir, pattern = prepare_corpus(corpus, work, args.cache,
+                                         args.tickets_seed)
     ours = train_run(name, corpus, corpus_dir, pattern,
                      os.path.join(work, 'runs', f'{name}-{corpus}'), args.seed)
     preprocess_flags = config_flags(name, 'preprocess') + corpus_flags(corpus)
