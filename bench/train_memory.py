@@ -21,13 +21,15 @@ arm's, not the corpus.
 
 ``--arms=defaults`` adds the trainer as a user first runs it, with no
 flag: both branches, each chosen on validation, the corpus cached as its
-memory budget allows.
+memory budget allows; ``--arms=streamed`` the same with ``--cache=none``,
+every epoch read from the files, what a corpus past that budget gets.
 
 Beside them, the TF-IDF + logistic regression baseline (``bench/tfidf.py``,
 C chosen on validation) on the same splits, also as a whole process.
 
     python bench/train_memory.py [--docs=50000,200000]
-        [--arms=read,counted,folds,defaults,tfidf] [--cache DIR] [--work DIR]
+        [--arms=read,counted,folds,defaults,streamed,tfidf] [--cache DIR]
+        [--work DIR]
 
 ``--arms=read`` leaves out counting in memory and the baseline, which at a
 million documents need more memory than the benchmark's machine may have.
@@ -53,7 +55,7 @@ ACCURACY_TOLERANCE = 0.001
 # refit on train + validation.
 FOLD_FLAGS = ['--model=nbsvm', '--ngram_fit=epochs', '--folds=3', '--refit',
               '--ngram_min_count=8', '--ngram_epochs=1', '--cache=none']
-ARMS = ('read', 'counted', 'folds', 'defaults', 'tfidf')
+ARMS = ('read', 'counted', 'folds', 'defaults', 'streamed', 'tfidf')
 
 
 def without_statistics(data_dir: str, copy: str) -> str:
@@ -113,8 +115,8 @@ def main():
                       help='Comma-separated: the trainer with the n-gram '
                       'counts read from the statistics (read) or counted '
                       'in its memory (counted), chosen by cross-validation '
-                      '(folds), with no flag (defaults), the baseline '
-                      '(tfidf).')
+                      '(folds), with no flag (defaults), with no flag but '
+                      '--cache=none (streamed), the baseline (tfidf).')
   args = parser.parse_args()
   chosen = set(args.arms.split(','))
   if not chosen or chosen - set(ARMS):
@@ -148,6 +150,10 @@ def main():
     if 'defaults' in chosen:
       arms['defaults'] = train_arm(
           data_dir, os.path.join(work, f'model-defaults-{documents}'), ())
+    if 'streamed' in chosen:
+      arms['defaults, streamed'] = train_arm(
+          data_dir, os.path.join(work, f'model-streamed-{documents}'),
+          ('--cache=none',))
     if 'tfidf' in chosen:
       arms['tf-idf + logistic regression'] = tfidf_arm(corpus)
     # The same model either way, up to the order of float32 sums.
