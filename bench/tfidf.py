@@ -67,8 +67,9 @@ def baseline(train: Split, validation: Split, test: Split,
 
   def chosen_on_validation():
     # One vectorizer for every C: on IMDB it costs more than a fit.
-    features = vectorizer().fit(list(train[0]))
-    train_x = features.transform(list(train[0]))
+    texts = list(train[0])
+    features = vectorizer().fit(texts)
+    train_x = features.transform(texts)
     validation_x = features.transform(list(validation[0]))
     fitted = {c: classifier(c).fit(train_x, np.asarray(train[1]))
               for c in c_grid}

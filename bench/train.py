@@ -316,6 +316,10 @@ def main():
                       'figure on 500 tickets moves with the draw.')
   args = parser.parse_args()
   runs = [parse_run(run) for run in args.only.split(',')]
+  corpora = {corpus for _, corpus in runs}
+  if args.tickets_seed is not None and 'tickets' not in corpora:
+    parser.error('--tickets_seed draws the tickets again: it needs a run on '
+                 'them (--only defaults:tickets)')
   work = args.work or tempfile.mkdtemp(prefix='bench-train-')
   print(f'machine: {machine()}', flush=True)
   results, baselines = {}, {}
