@@ -135,6 +135,17 @@ def test_auto_caches_a_split_only_within_the_budget():
   assert data_lib.available_memory() > 0
 
 
+def test_auto_streams_a_split_past_a_gibibyte_whatever_the_machine():
+  budget = data_lib.cache_budget(1.0)
+  assert 0 < data_lib.cache_budget(1e-9) < budget <= data_lib.CACHE_MAX_BYTES
+  # A million IMDB-derived documents' train split, and a tenth of it.
+  million, tenth = split_of(449040, 1024), split_of(44904, 1024)
+  assert not data_lib.cache_in_memory('auto', million, (raw.TRAIN,),
+                                      data_lib.CACHE_MAX_BYTES)
+  assert data_lib.cache_in_memory('auto', tenth, (raw.TRAIN,),
+                                  data_lib.CACHE_MAX_BYTES)
+
+
 def test_the_shuffle_buffer_is_bounded_by_the_budget():
   data = split_of(100000, 100)
   per_example = data_lib.parsed_bytes(data, (raw.TRAIN,)) // 100000

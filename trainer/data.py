@@ -214,6 +214,12 @@ CACHE_POLICIES = ('auto', 'memory', 'none')
 # The default budget: this share of the memory available when training
 # starts, leaving the rest to the model, TensorFlow and the shuffle buffer.
 CACHE_MEMORY_SHARE = 0.25
+# And at most this, whatever the machine. Within it the cache spares every
+# epoch after the first its parse (36 s of 124 in two epochs on IMDB); a
+# million documents' train split (3.6 GB parsed) cached saved no time and
+# more than doubled the trainer's peak, so a split past it streams and the
+# peak stops growing with the corpus (BENCHMARKS.md, "Memory").
+CACHE_MAX_BYTES = 2**30
 # Bytes per example beside the token ids: the label id and tf.data's
 # per-element overhead.
 _EXAMPLE_OVERHEAD_BYTES = 256
@@ -230,6 +236,12 @@ def available_memory() -> int:
     pages = (os.sysconf('SC_AVPHYS_PAGES') if 'SC_AVPHYS_PAGES' in
              os.sysconf_names else os.sysconf('SC_PHYS_PAGES'))
     return pages * os.sysconf('SC_PAGE_SIZE')
+
+
+def cache_budget(share: float) -> int:
+  """The bytes a split may take cached: ``share`` of the memory available
+  now, at most CACHE_MAX_BYTES."""
+  return int(min(share * available_memory(), CACHE_MAX_BYTES))
 
 
 def parsed_bytes(data: PreprocessedData, splits: Sequence[str]) -> int:

@@ -117,13 +117,14 @@ def add_cache_args(parser) -> None:
                       help='Keep the train and validation splits parsed in '
                       'memory (memory), read them from their files every '
                       'epoch (none), or memory when a split, as stats.json '
-                      'sizes it, fits --cache_memory_share (auto).')
+                      'sizes it, fits --cache_memory_share of the available '
+                      'memory and 1 GiB (auto).')
   parser.add_argument('--cache_memory_share',
                       type=cli_flags.number(0, 1, low_open=True),
                       default=data_lib.CACHE_MEMORY_SHARE,
                       help='With --cache=auto: the share of the available '
-                      'memory a split may take cached; it also bounds the '
-                      'shuffle buffer.')
+                      'memory a split may take cached (never over 1 GiB); '
+                      'it also bounds the shuffle buffer.')
 
 
 def folds(text: str):

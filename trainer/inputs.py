@@ -25,8 +25,8 @@ class Inputs:
 
 def cache_budget(settings: settings_lib.Settings) -> int:
   """The bytes a split may take cached in memory (--cache_memory_share of
-  what is available now)."""
-  return int(settings.cache_memory_share * data_lib.available_memory())
+  what is available now, at most 1 GiB)."""
+  return data_lib.cache_budget(settings.cache_memory_share)
 
 
 def from_files(settings: settings_lib.Settings,
