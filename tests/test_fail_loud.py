@@ -3,6 +3,7 @@ unknown flag, a wrong field, format or encoding, too many rejections, a
 broken model."""
 import importlib
 import os
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -75,22 +76,26 @@ def test_a_misspelt_required_flag_is_named_with_the_closest(
 
 
 @pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
-def test_a_flag_given_twice_ends_every_entry_point(module, tmp_path):
+def test_a_flag_given_twice_ends_every_entry_point(module, tmp_path,
+                                                   monkeypatch, capsys):
   """Given twice on the command line, a flag is an error, not its last
   value; after an @FILE it overrides the file's."""
   required, _, _ = ENTRY_POINTS[module]
   flag = required[-1].split('=')[0]
-  process = run_module(module, *required, f'{flag}=again', timeout=120)
-  assert process.returncode == cli.EXIT_JOB_ERROR
-  assert process.stderr.splitlines()[-1] == (
-      f'error: {flag} given twice: give it once (see --help)')
+  run = importlib.import_module(module).run
+  status, stderr = main_in_process(monkeypatch, capsys, run, *required,
+                                   f'{flag}=again')
+  assert status == cli.EXIT_JOB_ERROR
+  assert stderr.splitlines() == [
+      f'error: {flag} given twice: give it once (see --help)']
   if module == 'trainer.predict':
     return  # its texts come from the command line, not @FILEs
   looping = tmp_path / 'loop.args'
   looping.write_text(f'@{looping}\n')
-  process = run_module(module, *required, f'@{looping}', timeout=120)
-  assert process.returncode == cli.EXIT_JOB_ERROR
-  assert 'includes itself' in process.stderr.splitlines()[-1]
+  status, stderr = main_in_process(monkeypatch, capsys, run, *required,
+                                   f'@{looping}')
+  assert status == cli.EXIT_JOB_ERROR
+  assert 'includes itself' in stderr.splitlines()[-1]
 
 
 def test_beam_options_pass_and_bad_ones_are_refused():
@@ -106,15 +111,24 @@ def test_beam_options_pass_and_bad_ones_are_refused():
     assert exit_info.value.code == cli.EXIT_JOB_ERROR
 
 
-@pytest.fixture
-def published(trained, tmp_path):
-  """A partition dt=1 scored once, and its files: what a failed rerun must
-  leave byte for byte."""
+@pytest.fixture(scope='module')
+def scored_once(trained, tmp_path_factory):
+  """An output folder with a partition dt=1 scored once."""
   model_dir, _, _ = trained
-  corpus = write_jsonl(tmp_path / 'good.jsonl', synthetic_reviews(40, 21))
-  output = tmp_path / 'scores'
+  folder = tmp_path_factory.mktemp('published')
+  corpus = write_jsonl(folder / 'good.jsonl', synthetic_reviews(40, 21))
+  output = folder / 'scores'
   score.run([f'--input={corpus}', f'--model_dir={model_dir}',
              f'--output_dir={output}', '--partition=dt=1'])
+  return output
+
+
+@pytest.fixture
+def published(scored_once, tmp_path):
+  """A copy of that output folder, and its files: what a failed rerun must
+  leave byte for byte."""
+  output = tmp_path / 'scores'
+  shutil.copytree(scored_once, output)
   return output, tree(output)
 
 

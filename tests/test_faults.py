@@ -4,6 +4,7 @@ the exit status says so, the earlier output stays byte for byte, and
 nothing half-written is where a reader looks."""
 import errno
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,19 +32,29 @@ def job_args(job, folder, corpus, model_dir):
           '--split_field=split', '--max_len=24']
 
 
-@pytest.fixture(params=['score', 'preprocess'])
-def earlier(request, trained, tmp_path):
-  """(job, its args over a large corpus, the output folder's files): a
-  first run published from a small corpus; the large one keeps a rerun's
-  pipeline busy for seconds."""
+@pytest.fixture(scope='module', params=['score', 'preprocess'])
+def published_once(request, trained, tmp_path_factory):
+  """(job, a large corpus, the output folder of a first run): that run
+  published from a small corpus; the large one keeps a rerun's pipeline
+  busy for seconds. Made once per job: each test reruns on a copy."""
   job, model_dir = request.param, trained[0]
-  small = write_jsonl(tmp_path / 'small.jsonl', synthetic_reviews(60, 0) +
+  folder = tmp_path_factory.mktemp(f'earlier-{job}')
+  small = write_jsonl(folder / 'small.jsonl', synthetic_reviews(60, 0) +
                       synthetic_reviews(20, 1))
-  large = write_jsonl(tmp_path / 'large.jsonl',
+  large = write_jsonl(folder / 'large.jsonl',
                       synthetic_reviews(15000, 0) + synthetic_reviews(3000, 1))
   module = score if job == 'score' else preprocess
-  module.run(job_args(job, tmp_path, small, model_dir))
-  return job, job_args(job, tmp_path, large, model_dir), tree(tmp_path / 'out')
+  module.run(job_args(job, folder, small, model_dir))
+  return job, large, folder / 'out'
+
+
+@pytest.fixture
+def earlier(published_once, trained, tmp_path):
+  """(job, its args over the large corpus, the output folder's files): the
+  first run's output, copied into this test's folder."""
+  job, large, output = published_once
+  shutil.copytree(output, tmp_path / 'out')
+  return job, job_args(job, tmp_path, large, trained[0]), tree(tmp_path / 'out')
 
 
 def staging_holds_a_folder(output):
