@@ -24,8 +24,8 @@ and a process whose parent ended first is no longer below the command: so
 starts inherits (as Jenkins finds a build's processes), and the watchdog
 stops what carries the mark too.
 
-A watchdog killed on its own is started again at once, and told the
-commands again.
+A watchdog killed on its own is started again at once, with the exit
+commands registered so far.
 
 Without ``start()`` (a job run inside a test process, whose other children
 are not the job's), ``on_exit`` and ``forget`` do nothing.
@@ -59,27 +59,28 @@ _LOCK = threading.Lock()
 
 
 def _send(message: dict) -> None:
-  with _LOCK:
-    if not _WATCHDOG:
-      return
-    try:
-      _WATCHDOG[0].stdin.write(json.dumps(message) + '\n')
-      _WATCHDOG[0].stdin.flush()
-    except (OSError, ValueError):
-      pass  # the watchdog is gone: _keep_watching starts another
+  """Writes one message to the watchdog; the caller holds _LOCK."""
+  if not _WATCHDOG:
+    return
+  try:
+    _WATCHDOG[0].stdin.write(json.dumps(message) + '\n')
+    _WATCHDOG[0].stdin.flush()
+  except (OSError, ValueError):
+    pass  # the watchdog is gone: _keep_watching starts another
 
 
 def _start_watchdog(mark: str) -> None:
-  watchdog = subprocess.Popen(
-      [sys.executable, '-c', 'from cli import lifetime; '
-       f'lifetime.watch({os.getpid()}, {mark!r})'],
-      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-      start_new_session=True,
-      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  """Starts a watchdog that holds the exit commands registered so far from
+  its first instruction (its command line): sent once it had started, they
+  would be lost with a command killed in between."""
   with _LOCK:
-    _WATCHDOG[:] = [watchdog]
-  for key, command in list(_COMMANDS.items()):
-    _send({'on_exit': key, 'command': command})
+    _WATCHDOG[:] = [subprocess.Popen(
+        [sys.executable, '-c', 'import sys; from cli import lifetime; '
+         f'lifetime.watch({os.getpid()}, {mark!r}, sys.argv[1])',
+         json.dumps(_COMMANDS)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        start_new_session=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
 
 
 def _keep_watching(mark: str) -> None:
@@ -113,7 +114,8 @@ def exiting() -> None:
   """Tells the watchdog that this process exits as it means to: what is
   left to stop or cancel is no news to report."""
   _EXITING.append(True)
-  _send({'exiting': True})
+  with _LOCK:
+    _send({'exiting': True})
 
 
 def java_environment(base: Optional[dict] = None) -> dict:
@@ -130,14 +132,16 @@ def java_environment(base: Optional[dict] = None) -> dict:
 def on_exit(key: str, command: Sequence[str]) -> None:
   """Has the watchdog run ``command`` (bounded by COMMAND_SECONDS) once this
   process is gone, unless ``forget(key)`` came first."""
-  if _WATCHDOG:
-    _COMMANDS[key] = list(command)
-    _send({'on_exit': key, 'command': list(command)})
+  with _LOCK:
+    if _WATCHDOG:
+      _COMMANDS[key] = list(command)
+      _send({'on_exit': key, 'command': list(command)})
 
 
 def forget(key: str) -> None:
-  _COMMANDS.pop(key, None)
-  _send({'forget': key})
+  with _LOCK:
+    _COMMANDS.pop(key, None)
+    _send({'forget': key})
 
 
 def end_children() -> None:
@@ -278,14 +282,15 @@ def _message(line: str, commands: Dict[str, List[str]]) -> Optional[bool]:
   return bool(message.get('exiting'))
 
 
-def watch(parent: int, mark: str) -> None:
+def watch(parent: int, mark: str, commands_so_far: str) -> None:
   """The watchdog of process ``parent``, whose pipe is this process's
-  standard input, and whose processes carry ``mark``."""
+  standard input, and whose processes carry ``mark``; ``commands_so_far``:
+  the exit commands registered before it started, by key (JSON)."""
   # The terminal's and the command's signals are the command's business.
   for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
     signal.signal(signum, signal.SIG_IGN)
   noted: Dict[ProcessId, str] = {}
-  commands: Dict[str, List[str]] = {}
+  commands: Dict[str, List[str]] = json.loads(commands_so_far)
   exiting = False
   pipe = sys.stdin.buffer.raw
   pending = b''

@@ -151,14 +151,27 @@ def _command_line(pid):
     return ''
 
 
+def one_watchdog(command, other_than=None):
+  """The pid of the command's one watchdog once there is one (other than
+  ``other_than``), from one look at the processes: between two looks, a
+  killed watchdog may be gone and its successor not yet started."""
+  seen = []
+  def found():
+    seen[:] = watchdogs(command)
+    return len(seen) == 1 and seen[0] != other_than
+  wait_until(found)
+  return seen[0]
+
+
 def test_a_killed_watchdog_is_replaced(tmp_path):
-  """A watchdog killed on its own is started again, told the exit
-  commands again, and still ends the command's processes."""
+  """A watchdog killed on its own is started again, holding the exit
+  commands from its start (a command killed before it could tell them
+  again would lose them), and still ends the command's processes."""
   command, child = start(tmp_path, 'wait')
-  wait_until(lambda: len(watchdogs(command)) == 1)
-  (first,) = watchdogs(command)
+  first = one_watchdog(command)
   os.kill(first, signal.SIGKILL)
-  wait_until(lambda: watchdogs(command) and watchdogs(command) != [first])
+  second = one_watchdog(command, other_than=first)
+  assert str(tmp_path / 'ran') in _command_line(second)
   command.kill()
   _, stderr = command.communicate(timeout=120)
   wait_until(lambda: gone(child))
