@@ -16,6 +16,7 @@ from trainer import settings as settings_lib
 # one below it diverges, which the trainer reports as such.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 MAX_FOLDS = 100
+_CACHE_MAX = f'{data_lib.CACHE_MAX_BYTES / 2**30:g} GiB'
 
 
 def add_flags(parser: cli_flags.Parser) -> None:
@@ -118,13 +119,13 @@ def add_cache_args(parser) -> None:
                       'memory (memory), read them from their files every '
                       'epoch (none), or memory when a split, as stats.json '
                       'sizes it, fits --cache_memory_share of the available '
-                      'memory and 1 GiB (auto).')
+                      f'memory and {_CACHE_MAX} (auto).')
   parser.add_argument('--cache_memory_share',
                       type=cli_flags.number(0, 1, low_open=True),
                       default=data_lib.CACHE_MEMORY_SHARE,
                       help='With --cache=auto: the share of the available '
-                      'memory a split may take cached (never over 1 GiB); '
-                      'it also bounds the shuffle buffer.')
+                      'memory a split may take cached (never over '
+                      f'{_CACHE_MAX}); it also bounds the shuffle buffer.')
 
 
 def folds(text: str):

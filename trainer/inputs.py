@@ -25,7 +25,7 @@ class Inputs:
 
 def cache_budget(settings: settings_lib.Settings) -> int:
   """The bytes a split may take cached in memory (--cache_memory_share of
-  what is available now, at most 1 GiB)."""
+  what is available now, at most data.CACHE_MAX_BYTES)."""
   return data_lib.cache_budget(settings.cache_memory_share)
 
 
