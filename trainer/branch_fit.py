@@ -148,8 +148,7 @@ def fit_branch(settings: settings_lib.Settings, model, branch: str,
   trained.compile(optimizer=optimizer(schedule, steps),
                   loss=keras.losses.SparseCategoricalCrossentropy(),
                   metrics=['accuracy'],
-                  # XLA halves the step time of this small model on CPU.
-                  jit_compile=True)
+                  jit_compile=steps >= settings_lib.XLA_MIN_STEPS)
   nan_guard = StopOnNaN()
   with warnings.catch_warnings():
     if settings.bucket_width:

@@ -35,6 +35,13 @@ CONVEX_MAX_EXAMPLES = 5_000
 # training time. At 1,809 IMDB reviews it takes a quarter to a half of the
 # hybrid's weight; at SMS's 3,508 messages it is the stronger branch.
 TRANSFORMER_MIN_EXAMPLES = 1_000
+# A Keras fit is compiled with XLA where it plans at least this many steps
+# (batches times epochs). On a 2-core Intel Xeon, XLA took about 5 s more
+# than TensorFlow's own graph to compile a fit of the default transformer
+# (two length buckets) and saved nothing on its 35 ms step; were it to halve
+# the step, it would pay for itself after about 300 steps. A few hundred
+# documents' fits plan fewer, and were mostly compilation.
+XLA_MIN_STEPS = 300
 # What --ngram_fit resolves to.
 NGRAM_FITS = ('convex', 'epochs')
 
