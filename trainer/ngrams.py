@@ -26,6 +26,7 @@ compiles; an n-gram outside it adds nothing. Padding takes no part, so a
 document's n-grams do not depend on how much padding follows it.
 """
 import dataclasses
+import functools
 import math
 
 import keras
@@ -104,8 +105,7 @@ class DocumentNgrams:
   @classmethod
   def fit(cls, batches, max_order: int) -> 'DocumentNgrams':
     """From batches of (token_ids, label_id), in the order given."""
-    flat = tf.function(lambda token_ids: _flat_fingerprints(token_ids,
-                                                            max_order))
+    flat = _flat_fingerprints_of(max_order)
     keys, documents, labels = [], [], []
     seen = 0
     for token_ids, label_ids in batches:
@@ -142,8 +142,7 @@ def counted_among(keys: np.ndarray, batches, max_order: int,
   """[n-grams, classes]: the documents of ``batches`` (token ids, label id)
   holding each n-gram of ``keys`` (sorted fingerprints) in a class; other
   n-grams are not counted. One batch's n-grams in memory at a time."""
-  flat = tf.function(lambda token_ids: _flat_fingerprints(token_ids,
-                                                          max_order))
+  flat = _flat_fingerprints_of(max_order)
   counts = np.zeros(len(keys) * num_classes, np.int64)
   for token_ids, label_ids in batches:
     values, rows = (found.numpy() for found in flat(token_ids))
@@ -152,6 +151,16 @@ def counted_among(keys: np.ndarray, batches, max_order: int,
     np.add.at(counts, at[known] * num_classes +
               np.asarray(label_ids)[rows[known]], 1)
   return counts.reshape(len(keys), num_classes)
+
+
+@functools.lru_cache(maxsize=None)
+def _flat_fingerprints_of(max_order: int):
+  """_flat_fingerprints as one graph per n-gram order, traced once for
+  batches of any shape (a function made anew for each pass was traced again
+  for each pass and each batch shape, and TensorFlow warned of it)."""
+  return tf.function(
+      lambda token_ids: _flat_fingerprints(token_ids, max_order),
+      input_signature=[tf.TensorSpec([None, None], tf.int64)])
 
 
 def _flat_fingerprints(token_ids, max_order):
