@@ -34,6 +34,16 @@ MEMORY = {
     'taskmanager.network.sort-shuffle.min-buffers': '64',
     'taskmanager.memory.managed.fraction': '0.1',
 }
+# How long the JobManager waits on a TaskManager's answer to one call
+# (deploying a task, offering a slot). A task of Beam's carries its whole
+# stage (a TFT stage's graph too), which the TaskManager reads on the
+# thread that answers; with its SDK workers and another job's JVMs on the
+# same 2 cores it answered past Flink's default 10 s, and the job failed
+# with an AskTimeoutException though nothing was wrong. Flink's docs give
+# this remedy for slow machines; a TaskManager that is really gone is still
+# found by its missed heartbeats (heartbeat.timeout, 50 s), and a run with
+# no progress ends at the jobs' --stall_seconds.
+RPC = {'pekko.ask.timeout': '60 s'}
 _JOBMANAGER = 'org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint'
 _TASKMANAGER = 'org.apache.flink.runtime.taskexecutor.TaskManagerRunner'
 _LOG4J = """rootLogger.level = INFO
@@ -82,6 +92,7 @@ def _configuration(run_dir: pathlib.Path, ports: Dict[str, int],
       'io.tmp.dirs': run_dir / 'tmp',
       'web.tmpdir': run_dir / 'tmp' / 'web',
       **MEMORY,
+      **RPC,
   }
 
 

@@ -7,11 +7,13 @@ import re
 import signal
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
 from clusters import artifacts
 from clusters import flink
+from clusters import processes
 from tests import runner_checks
 from tests.conftest import REPO
 from tests.runner_checks import Fault
@@ -48,6 +50,21 @@ def runs_on(cluster):
 def ended_as(cluster, *states):
   return lambda name: [job['state'] for job in named(cluster, name)] in [
       [state] for state in states]
+
+
+def test_the_cluster_waits_out_a_slow_taskmanager(session):
+  """The JobManager waits on a TaskManager's answer for clusters.flink.RPC's
+  time, not Flink's default 10 s, past which a TaskManager slowed by a
+  loaded machine failed a sound job: the key is the one this Flink reads,
+  and the running cluster has the value."""
+  (dist_jar,) = (artifacts.home('flink') / 'lib').glob('flink-dist-*.jar')
+  with zipfile.ZipFile(dist_jar) as dist:
+    options = dist.read('org/apache/flink/configuration/RpcOptions.class')
+  configured = {entry['key']: entry['value'] for entry in processes.get_json(
+      f'{session.rest_url}/jobmanager/config')}
+  for key, value in flink.RPC.items():
+    assert key.encode() in options
+    assert configured[key] == value
 
 
 def test_preprocess_on_a_flink_cluster(session, preprocessed_by_default,
