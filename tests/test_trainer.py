@@ -284,7 +284,8 @@ def test_without_folds_validation_chooses_the_ngram_minimum_count(
   metrics, export_dir = train.run([
       f'--data_dir={synthetic_preprocessed}', f'--model_dir={tmp_path}',
       '--batch_size=16', '--embed_dim=8', '--ff_dim=8', '--folds=0',
-      '--transformer_min_examples=0', '--ngram_fit=epochs'])
+      '--transformer_min_examples=0', '--ngram_fit=epochs', '--epochs=3',
+      '--ngram_epochs=3'])
   # A line an epoch of each fit, with its figures; not Keras' blocks
   # (those only with --verbose).
   assert 'Epoch 1/' not in capfd.readouterr().out
@@ -295,9 +296,7 @@ def test_without_folds_validation_chooses_the_ngram_minimum_count(
                    r'epoch \d+', caplog.text)
   training = exports.read_metadata(export_dir)['training']
   assert training['model'] == 'hybrid'
-  data = data_lib.PreprocessedData.load(str(synthetic_preprocessed))
-  assert training['epochs'] == training['ngram_epochs'] == (
-      settings_lib.default_epochs(data.num_examples(raw.TRAIN), 16))
+  assert training['epochs'] == training['ngram_epochs'] == 3
   choice = training['choices']
   assert choice['on'] == raw.VALIDATION and not choice['refit']
   tried = [count for count, _ in choice['tried']]

@@ -392,11 +392,10 @@ def test_a_data_folder_republished_while_training_publishes_nothing(
 
 
 def test_a_run_killed_before_copying_its_report_is_made_good(
-    tmp_path, monkeypatch, synthetic_preprocessed):
-  model_dir = tmp_path / 'model'
+    previous_model, monkeypatch, synthetic_preprocessed):
+  model_dir, _ = previous_model
   flags = [f'--data_dir={synthetic_preprocessed}', f'--model_dir={model_dir}',
            *TINY_MODEL]
-  train.run(flags)
   copies = []
 
   def killed_the_second_time(folder):
