@@ -9,6 +9,7 @@ import pytest
 
 from pipeline import datasets
 from pipeline import preprocess
+from pipeline.preprocessing import settings as settings_lib
 from pipeline.preprocessing import splits as split_lib
 from schemas import raw
 from schemas import transformed
@@ -176,17 +177,35 @@ CONFIGS = sorted(path.name for path in (REPO / 'configs').iterdir()
                  if path.is_dir())
 
 
+def config_args(tmp_path, name):
+  # A configuration may name a format; the corpus's format wins.
+  return [f'--input={tmp_path}/in.jsonl', f'--output_dir={tmp_path}/out',
+          f'@{REPO / "configs" / name / "preprocess.args"}', '--format=jsonl',
+          '--split_field=split']
+
+
 @pytest.mark.parametrize('name', CONFIGS)
-def test_every_configuration_takes_the_split_the_data_names(
-    tmp_path, name, caplog):
+def test_every_configuration_takes_the_split_the_data_names(tmp_path, name):
+  # The configurations differ in transform flags only, so each is checked
+  # where its flags resolve and route, and one runs the pipeline below.
+  rows = grouped_rows()
+  write_jsonl(tmp_path / 'in.jsonl', rows)
+  settings = settings_lib.settings_from_args(
+      preprocess.parse_args(config_args(tmp_path, name))[0])
+  assert settings.read_config.format == 'jsonl'
+  assert settings.test_fraction is None
+  decided = [settings.routing.decide(row) for row in rows]
+  assert [(split, chosen) for split, _, chosen, _ in decided
+          if split == raw.TEST] == [(raw.TEST, split_lib.BY_DATA)] * sum(
+              row['split'] == 'test' for row in rows)
+
+
+def test_a_configurations_run_leaves_the_data_named_test_split_whole(
+    tmp_path, caplog):
   rows = grouped_rows()
   write_jsonl(tmp_path / 'in.jsonl', rows)
   caplog.set_level(logging.INFO)
-  # A configuration may name a format; the corpus's format wins.
-  stats = preprocess.run([
-      f'--input={tmp_path}/in.jsonl', f'--output_dir={tmp_path}/out',
-      f'@{REPO / "configs" / name / "preprocess.args"}', '--format=jsonl',
-      '--split_field=split'])
+  stats = preprocess.run(config_args(tmp_path, CONFIGS[0]))
   named_test = sum(row['split'] == 'test' for row in rows)
   assert stats['records']['written'][raw.TEST] == named_test
   assert stats[transformed.SPLITS_STATS]['chosen_by'][raw.TEST] == {
