@@ -52,6 +52,20 @@ def test_truncation_keeps_the_head_the_tail_or_both(truncation, expected):
   assert transform.truncate(tokens, 5, truncation).to_list() == expected
 
 
+@pytest.mark.parametrize('truncation', transform.TRUNCATIONS)
+def test_truncation_keeps_what_slicing_each_row_keeps(truncation):
+  rng = np.random.default_rng(0)
+  rows = [list(range(length)) for length in rng.integers(0, 12, 200)]
+  for max_len in (1, 2, 5, 11, 12):
+    head = {'head': max_len, 'tail': 0,
+            'head_tail': max_len // 2}[truncation]
+    expected = [row if len(row) <= max_len else
+                row[:head] + row[len(row) - (max_len - head):] for row in rows]
+    kept = transform.truncate(tf.ragged.constant(rows, dtype=tf.int64),
+                              max_len, truncation)
+    assert kept.to_list() == expected
+
+
 def test_params_are_validated():
   with pytest.raises(ValueError):
     transform.TransformParams(vocab_size=2)
