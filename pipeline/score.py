@@ -37,6 +37,7 @@ from pipeline.scoring import rows
 from pipeline.scoring import settings as settings_lib
 from schemas import rejected
 from schemas import scored
+from serving import exports
 from serving import length_groups
 
 _CODECS = ('zstd', 'snappy', 'gzip', 'none')
@@ -164,12 +165,16 @@ def run(argv=None):
       partition=settings.partition, beside=lambda root: (
           partitions.check_beside(filesystems.FILES, root, settings.partition,
                                   settings.sibling_schema)))
-  sample = settings_lib.preflight(settings)
+  checked = settings_lib.preflight(settings)
   with output:
     staging = output.staging_dir
+    # A worker in this process (a local runner's) scores with the export
+    # the preflight loaded and checked, instead of loading it again.
     with progress.reporting('score', 'scored', args.progress_seconds,
                             progress.estimate_records(settings.input,
-                                                      sample)):
+                                                      checked.sample)), \
+        exports.lending(settings.export_dir, checked.signature,
+                        settings.metadata):
       result = run_pipeline(pipeline_args, settings, staging,
                             args.stall_seconds, args.progress_seconds)
     tally = records.pop_tally(staging)

@@ -6,11 +6,12 @@ model folder, and gets its newest complete blessed version (the trainer's
 gate, ``trainer.blessing``; a version made before the gate counts as
 blessed), or one version folder, which it gets as asked, blessed or not.
 """
+import contextlib
 import dataclasses
 import json
 import logging
 import posixpath
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -24,8 +25,8 @@ from serving import drift
 
 __all__ = ('AS_ASKED', 'Chosen', 'ExportError', 'ExportMetadata',
            'MAX_VERSION', 'NEWEST', 'NEWEST_BLESSED', 'add_metadata',
-           'check_against_graph', 'choose', 'load', 'load_metadata',
-           'read_metadata', 'resolve', 'version_number', 'versions',
+           'check_against_graph', 'choose', 'lending', 'load',
+           'load_metadata', 'read_metadata', 'resolve', 'version_number', 'versions',
            'write_metadata')
 
 # Why a job serves the export it serves.
@@ -176,12 +177,41 @@ def load_metadata(export_dir: str) -> ExportMetadata:
   return metadata
 
 
+# Exports loaded in this process and lent, for as long as a job runs, to
+# the loads of the same folder in its own in-process workers (``lending``):
+# a version folder, once published, is never written again.
+_LENT: Dict[str, List[Tuple[object, ExportMetadata]]] = {}
+
+
+@contextlib.contextmanager
+def lending(export_dir: str, signature, metadata: ExportMetadata
+            ) -> Iterator[None]:
+  """While it lasts, ``load`` of ``export_dir`` in this process, with its
+  metadata or none, answers ``signature`` (loaded and checked by ``load``)
+  instead of reading the export again: a local runner's workers score with
+  the graph the job loaded before the pipeline. A worker in another process
+  loads its own."""
+  path, lent = resolve(export_dir), (signature, metadata)
+  _LENT.setdefault(path, []).append(lent)
+  try:
+    yield
+  finally:
+    loans = _LENT[path]
+    loans.remove(lent)
+    if not loans:
+      del _LENT[path]
+
+
 def load(model_dir: str, metadata: Optional[ExportMetadata] = None
          ) -> Tuple[object, ExportMetadata]:
   """The serving signature and metadata of the export ``model_dir`` names,
   checked against each other. Given the ``metadata`` that a caller read of
-  this export already (``load_metadata``), it is not read again."""
+  this export already (``load_metadata``), it is not read again; where a
+  job lends it (``lending``), the lent signature is the answer."""
   path = resolve(model_dir)
+  for signature, lent_metadata in _LENT.get(path, ())[-1:]:
+    if metadata is None or metadata == lent_metadata:
+      return signature, lent_metadata
   metadata = metadata or load_metadata(path)
   try:
     loaded = tf.saved_model.load(path)

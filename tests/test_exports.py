@@ -158,3 +158,26 @@ def test_the_metadata_says_whether_an_export_is_blessed():
   for wrong in ({'blessed': 'no'}, {'reason': 'why'}, True):
     with pytest.raises(ValueError, match='does not say whether it is blessed'):
       parse({'label_names': ['a'], 'blessing': wrong})
+
+
+def test_a_lent_export_answers_its_own_folder_only_while_lent(tmp_path):
+  folders = [tiny_export(tmp_path / name / serving.EXPORT_DIR / '1',
+                         {'version': 1, 'label_names': ['neg', 'pos'],
+                          'trained_by': name})
+             for name in ('lent', 'other')]
+  lent, metadata = exports.load(str(folders[0]))
+  other_metadata = exports.load_metadata(str(folders[1]))
+  with pytest.raises(RuntimeError, match='the job failed'):
+    with exports.lending(str(folders[0]), lent, metadata):
+      assert exports.load(str(folders[0]))[0] is lent
+      assert exports.load(str(folders[0]), metadata)[0] is lent
+      # The model folder names the same version.
+      assert exports.load(str(tmp_path / 'lent'))[0] is lent
+      # Another export, or other metadata, is loaded from its files.
+      assert exports.load(str(folders[1]))[0] is not lent
+      assert exports.load(str(folders[0]), other_metadata)[0] is not lent
+      with exports.lending(str(folders[0]), 'inner', metadata):
+        assert exports.load(str(folders[0]))[0] == 'inner'
+      assert exports.load(str(folders[0]))[0] is lent
+      raise RuntimeError('the job failed')
+  assert exports.load(str(folders[0]))[0] is not lent

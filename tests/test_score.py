@@ -17,10 +17,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+import tensorflow as tf
 
 import cli
 import outputs
 from pipeline import filesystems
+from pipeline import jobs
 from pipeline import score
 from schemas import rejected
 from schemas import scored
@@ -285,6 +287,35 @@ def test_multi_process_direct_runner_scores_the_same(scored_run, trained,
   for column in probabilities:
     assert_float32_close(ours.column(column).to_numpy(),
                          in_memory.column(column).to_numpy())
+
+
+def test_a_local_run_loads_the_export_once_and_no_longer_lends_it(
+    trained, tmp_path, monkeypatch):
+  """The default runner's worker runs in the job's process: it scores
+  with the export the preflight loaded and checked, and the job lends it
+  only while it runs, failed or not."""
+  model_dir, export_dir, _ = trained
+  loaded = []
+  real_load = tf.saved_model.load
+
+  def counted_load(path, *args, **kwargs):
+    loaded.append(path)
+    return real_load(path, *args, **kwargs)
+  monkeypatch.setattr(tf.saved_model, 'load', counted_load)
+  corpus = write_jsonl(tmp_path / 'corpus.jsonl', corpus_rows(20, 5))
+  manifest = score.run(score_args(corpus, model_dir, tmp_path / 'scores'))
+  assert manifest['counts']['scored'] == 20
+  assert loaded == [export_dir]
+  exports.load(str(model_dir))
+  assert loaded == [export_dir] * 2
+
+  def failed(*_):
+    raise RuntimeError('the runner failed')
+  monkeypatch.setattr(jobs, 'run_pipeline', failed)
+  with pytest.raises(RuntimeError, match='the runner failed'):
+    score.run(score_args(corpus, model_dir, tmp_path / 'failed'))
+  exports.load(str(model_dir))
+  assert loaded == [export_dir] * 4
 
 
 def test_job_level_faults(trained, tmp_path):

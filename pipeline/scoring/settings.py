@@ -1,6 +1,6 @@
 """The scoring job's flags, checked before anything runs, as ``Settings``."""
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import pyarrow as pa
 
@@ -144,12 +144,18 @@ def settings_from_args(args) -> Settings:
                   args.allow_schema_change)
 
 
-def preflight(settings: Settings) -> List[Dict]:
+class Preflight(NamedTuple):
+  """What the checks before the pipeline read and loaded."""
+  sample: List[Dict]  # the input's first acceptable records
+  signature: object   # the export's, loaded and checked (``exports.load``)
+
+
+def preflight(settings: Settings) -> Preflight:
   """Before any worker starts: loads the export's graph (to fail on one
   that cannot be, and on metadata that does not describe it), reads the
   input's first records as the pipeline will, and scores the acceptable
   ones; a JobError when none is acceptable, a ModelFailure when the model
-  fails on each. Returns the acceptable ones."""
+  fails on each."""
   # In a local runner's process this load starts TensorFlow's runtime, and
   # with it the threading the model handler sets in every worker.
   length_groups.run_ops_on_callers_threads()
@@ -161,4 +167,4 @@ def preflight(settings: Settings) -> List[Dict]:
       settings.input, settings.read_config, lambda record: rows.reason_of(
           record, settings.read_config.max_text_bytes, settings.kept_types))
   inference.check_model(signature, [record[raw.TEXT] for record in accepted])
-  return accepted
+  return Preflight(accepted, signature)
