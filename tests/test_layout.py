@@ -3,6 +3,7 @@ the two jobs, the jobs independent of each other, and no job using the
 clusters tooling; where the tests are: each test file named on the
 architecture page, none imported by another."""
 import ast
+import os
 import pathlib
 import re
 import subprocess
@@ -85,12 +86,20 @@ def test_the_architecture_page_names_every_test_file():
   assert not unnamed
 
 
-def modules_loaded_by(code: str):
-  """The modules a fresh interpreter holds after running ``code``."""
-  probe = code + '\nimport sys\nprint("\\n".join(sorted(sys.modules)))'
+def modules_loaded_by(code: str, unimportable=()):
+  """The modules a fresh interpreter holds after running ``code``, with
+  the packages ``unimportable`` missing. Its environment is a shell's: not
+  this process's TF_USE_LEGACY_KERAS, which tensorflow-transform sets once
+  a test imports it, and which decides whether TensorFlow loads Keras 3
+  (and with it matplotlib, where installed)."""
+  probe = ''.join(f'import sys\nsys.modules[{name!r}] = None\n'
+                  for name in unimportable)
+  probe += code + '\nimport sys\nprint("\\n".join(sorted(sys.modules)))'
+  environment = {name: value for name, value in os.environ.items()
+                 if name != 'TF_USE_LEGACY_KERAS'}
   result = subprocess.run([sys.executable, '-c', probe], cwd=REPO,
                           capture_output=True, text=True, timeout=300,
-                          check=True)
+                          check=True, env=environment)
   return set(result.stdout.split())
 
 
@@ -101,16 +110,16 @@ def test_the_trainer_loads_no_beam():
 
 def test_the_python_api_loads_no_beam_and_no_trainer(trained):
   """A notebook's import and prediction load neither Beam nor the jobs'
-  packages (tensorflow-transform, the trainer's matplotlib)."""
+  packages (tensorflow-transform, the trainer), and work without the
+  trainer's matplotlib (which Keras 3 loads where it is installed)."""
   model_dir, _, _ = trained
   loaded = modules_loaded_by(f'''
 import textclf
 textclf.load({str(model_dir)!r}).predict(['a fine film'], as_frame=True)
-''')
+''', unimportable=('matplotlib',))
   assert 'textclf' in loaded and 'pandas' in loaded
   assert not {m for m in loaded if m.split('.')[0] in (
-      'apache_beam', 'tensorflow_transform', 'matplotlib', 'trainer',
-      'pipeline')}
+      'apache_beam', 'tensorflow_transform', 'trainer', 'pipeline')}
 
 
 def test_the_outputs_layer_uses_neither_beam_nor_tensorflow():
