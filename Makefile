@@ -56,10 +56,12 @@ run: install
 	    --partition=dt=$$(date -u +%F)
 
 # Three workers on the two cores CI has: a third fills the time the other
-# two spend waiting on subprocesses and pipelines. The runners tests keep
-# pytest.ini's two: their clusters take the cores and the memory.
+# two spend waiting on subprocesses and pipelines. Test files are handed out
+# longest first (tests/conftest.py), not by xdist's count of their tests.
+# The runners tests keep pytest.ini's two: their clusters take the cores and
+# the memory.
 test: install
-	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests -m 'not runners' -n 3
+	DATASET_CACHE=$(DATASET_CACHE) $(PY) -m pytest tests -m 'not runners' -n 3 --no-loadscope-reorder
 
 test-runners: install
 	$(PY) -m clusters fetch all

@@ -18,6 +18,7 @@ from schemas import scored
 from serving import exports
 from tests.conftest import main_in_process
 from tests.conftest import write_jsonl
+from tests.conftest import QUICK_MODEL
 from tests.conftest import TINY_MODEL
 from tests.conftest import corpus_rows
 from tests.conftest import score_args
@@ -89,7 +90,7 @@ def test_a_model_must_beat_the_majority_class_by_the_gain_asked(
   # gains 0.6 over it.
   status, stderr = main_in_process(
       monkeypatch, capsys, train.run, f'--data_dir={synthetic_preprocessed}',
-      f'--model_dir={tmp_path}', *TINY_MODEL,
+      f'--model_dir={tmp_path}', *QUICK_MODEL,
       '--bless_min_gain_over_majority=0.6')
   assert status == cli.EXIT_NOT_BLESSED
   assert ', by more than 0.6: the model has learned nothing' in stderr

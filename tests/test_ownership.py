@@ -26,6 +26,7 @@ from tests.conftest import main_in_process
 from tests.conftest import run_module
 from tests.conftest import score_args
 from tests.conftest import synthetic_reviews
+from tests.conftest import QUICK_MODEL
 from tests.conftest import TINY_MODEL
 from tests.conftest import write_jsonl
 from trainer import predict
@@ -160,7 +161,7 @@ def test_the_trainer_trains_into_a_folder_a_failed_run_left(
   (model_dir / 'logs' / 'run-1').mkdir(parents=True)
   (model_dir / '.run-20261125-000000-abcdef').mkdir()
   train.run([f'--data_dir={synthetic_preprocessed}',
-             f'--model_dir={model_dir}', *TINY_MODEL])
+             f'--model_dir={model_dir}', *QUICK_MODEL])
   assert (model_dir / 'export').is_dir()
 
 
@@ -208,7 +209,7 @@ def test_odd_folder_names_work_end_to_end(tmp_path):
   preprocess.run([f'--input={corpus}', f'--output_dir={odd / "pre {1}"}',
                   '--split_field=split', '--max_len=24'])
   _, export_dir = train.run([f'--data_dir={odd / "pre {1}"}',
-                             f'--model_dir={odd / "model é"}', *TINY_MODEL])
+                             f'--model_dir={odd / "model é"}', *QUICK_MODEL])
   assert export_dir.startswith(str(odd / 'model é'))
   manifest = score.run([f'--input={corpus}', f'--model_dir={odd / "model é"}',
                         f'--output_dir={odd / "scores {x}"}'])
@@ -420,7 +421,7 @@ def test_the_trainer_trains_into_a_folder_holding_only_notes_and_tool_files(
   left = {'.gitkeep': b'', 'README.txt': b'the nightly model', **TOOL_FILES}
   _leave(model_dir, left)
   train.run([f'--data_dir={synthetic_preprocessed}',
-             f'--model_dir={model_dir}', *TINY_MODEL])
+             f'--model_dir={model_dir}', *QUICK_MODEL])
   assert (model_dir / 'export').is_dir()
   assert _kept(model_dir, left) == left
 

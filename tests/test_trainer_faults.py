@@ -27,6 +27,7 @@ from tests.conftest import main_in_process
 from tests.conftest import preprocess_rows
 from tests.conftest import run_module
 from tests.conftest import synthetic_reviews
+from tests.conftest import QUICK_MODEL
 from tests.conftest import TINY_MODEL
 from tests.conftest import tree
 from tests.conftest import wait_for
@@ -347,7 +348,7 @@ def test_a_model_no_better_than_the_majority_class_is_not_blessed(
   data_dir = preprocess_rows(tmp_path, rows, '--validation_fraction=0')
   status, stderr = main_in_process(
       monkeypatch, capsys, train.run, f'--data_dir={data_dir}',
-      f'--model_dir={tmp_path}/model', *TINY_MODEL)
+      f'--model_dir={tmp_path}/model', *QUICK_MODEL)
   assert status == cli.EXIT_NOT_BLESSED
   assert "no better than 0.6000, that of always answering 'neg'" in stderr
   assert 'none is blessed' in stderr
@@ -369,7 +370,7 @@ def test_a_data_folder_republished_while_training_publishes_nothing(
     tmp_path, monkeypatch, synthetic_preprocessed):
   data_dir, model_dir = tmp_path / 'preprocessed', tmp_path / 'model'
   shutil.copytree(synthetic_preprocessed, data_dir)
-  flags = [f'--data_dir={data_dir}', f'--model_dir={model_dir}', *TINY_MODEL]
+  flags = [f'--data_dir={data_dir}', f'--model_dir={model_dir}', *QUICK_MODEL]
   _, first = train.run(flags)
   assert exports.read_metadata(first)['preprocessing_fingerprint'] == (
       data_lib.fingerprint_of(str(data_dir)))
@@ -395,7 +396,7 @@ def test_a_run_killed_before_copying_its_report_is_made_good(
     previous_model, monkeypatch, synthetic_preprocessed):
   model_dir, _ = previous_model
   flags = [f'--data_dir={synthetic_preprocessed}', f'--model_dir={model_dir}',
-           *TINY_MODEL]
+           *QUICK_MODEL]
   copies = []
 
   def killed_the_second_time(folder):
