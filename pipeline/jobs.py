@@ -11,6 +11,7 @@ import apache_beam as beam
 import grpc
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options import pipeline_options
+from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.options.pipeline_options import FlinkRunnerOptions
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import JobServerOptions
@@ -125,6 +126,16 @@ def pipeline_options(pipeline_args: List[str]) -> PipelineOptions:
 def _runner(options: PipelineOptions) -> str:
   return (options.view_as(StandardOptions).runner or '').lower().replace(
       'runner', '')
+
+
+def workers_in_this_process(pipeline_args: List[str]) -> bool:
+  """Whether the runner runs the pipeline's workers in the launcher's
+  process: the default FnApiRunner and DirectRunner, in memory or on
+  threads (not multi_processing)."""
+  options = pipeline_options(pipeline_args)
+  return (_runner(options) in ('fnapi', 'direct') and
+          options.view_as(DirectOptions).direct_running_mode in (
+              'in_memory', 'multi_threading'))
 
 
 def _flink_rest_url(options: PipelineOptions) -> Optional[str]:

@@ -14,6 +14,7 @@ a rerun, so the same command can run every night.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
+import contextlib
 import posixpath
 import time
 
@@ -165,16 +166,19 @@ def run(argv=None):
       partition=settings.partition, beside=lambda root: (
           partitions.check_beside(filesystems.FILES, root, settings.partition,
                                   settings.sibling_schema)))
-  checked = settings_lib.preflight(settings)
+  sample, signature = settings_lib.preflight(settings)
+  # A worker in this process (a local runner's) scores with the export the
+  # preflight loaded and checked, instead of loading it again; for workers
+  # elsewhere the launcher does not hold it while the job runs.
+  lent = (exports.lending(settings.export_dir, signature, settings.metadata)
+          if jobs.workers_in_this_process(pipeline_args)
+          else contextlib.nullcontext())
+  del signature
   with output:
     staging = output.staging_dir
-    # A worker in this process (a local runner's) scores with the export
-    # the preflight loaded and checked, instead of loading it again.
     with progress.reporting('score', 'scored', args.progress_seconds,
                             progress.estimate_records(settings.input,
-                                                      checked.sample)), \
-        exports.lending(settings.export_dir, checked.signature,
-                        settings.metadata):
+                                                      sample)), lent:
       result = run_pipeline(pipeline_args, settings, staging,
                             args.stall_seconds, args.progress_seconds)
     tally = records.pop_tally(staging)

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import posixpath
+import threading
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
@@ -26,8 +27,8 @@ from serving import drift
 __all__ = ('AS_ASKED', 'Chosen', 'ExportError', 'ExportMetadata',
            'MAX_VERSION', 'NEWEST', 'NEWEST_BLESSED', 'add_metadata',
            'check_against_graph', 'choose', 'lending', 'load',
-           'load_metadata', 'read_metadata', 'resolve', 'version_number', 'versions',
-           'write_metadata')
+           'load_metadata', 'read_metadata', 'resolve', 'version_number',
+           'versions', 'write_metadata')
 
 # Why a job serves the export it serves.
 AS_ASKED = 'as asked'  # the folder named is an export: blessed or not
@@ -178,28 +179,30 @@ def load_metadata(export_dir: str) -> ExportMetadata:
 
 
 # Exports loaded in this process and lent, for as long as a job runs, to
-# the loads of the same folder in its own in-process workers (``lending``):
-# a version folder, once published, is never written again.
+# the loads of the same folder in its own in-process workers (``lending``).
 _LENT: Dict[str, List[Tuple[object, ExportMetadata]]] = {}
+_LENDING = threading.Lock()
 
 
 @contextlib.contextmanager
 def lending(export_dir: str, signature, metadata: ExportMetadata
             ) -> Iterator[None]:
-  """While it lasts, ``load`` of ``export_dir`` in this process, with its
-  metadata or none, answers ``signature`` (loaded and checked by ``load``)
-  instead of reading the export again: a local runner's workers score with
-  the graph the job loaded before the pipeline. A worker in another process
-  loads its own."""
-  path, lent = resolve(export_dir), (signature, metadata)
-  _LENT.setdefault(path, []).append(lent)
+  """While it lasts, ``load`` of ``export_dir`` (a folder ``resolve``
+  gave) in this process, with its metadata or none, answers ``signature``
+  (loaded and checked by ``load``) instead of reading the export again: a
+  local runner's workers score with the graph the job loaded before the
+  pipeline. A worker in another process loads its own."""
+  lent = (signature, metadata)
+  with _LENDING:
+    _LENT.setdefault(export_dir, []).append(lent)
   try:
     yield
   finally:
-    loans = _LENT[path]
-    loans.remove(lent)
-    if not loans:
-      del _LENT[path]
+    with _LENDING:
+      loans = _LENT[export_dir]
+      loans.remove(lent)
+      if not loans:
+        del _LENT[export_dir]
 
 
 def load(model_dir: str, metadata: Optional[ExportMetadata] = None

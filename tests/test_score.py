@@ -318,6 +318,19 @@ def test_a_local_run_loads_the_export_once_and_no_longer_lends_it(
   assert loaded == [export_dir] * 4
 
 
+@pytest.mark.parametrize('flags, here', [
+    ([], True), (['--runner=DirectRunner'], True),
+    (['--runner=DirectRunner', '--direct_running_mode=multi_threading'], True),
+    (['--runner=DirectRunner', '--direct_running_mode=multi_processing'],
+     False),
+    (['--runner=FlinkRunner'], False), (['--runner=SparkRunner'], False),
+    (['--runner=PortableRunner'], False), (['--runner=DataflowRunner'], False),
+])
+def test_the_export_is_lent_only_where_workers_run_in_the_jobs_process(
+    flags, here):
+  assert jobs.workers_in_this_process(flags) == here
+
+
 def test_job_level_faults(trained, tmp_path):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
