@@ -9,7 +9,7 @@ import cli
 from pipeline import preprocess
 from schemas import rejected
 from tests.conftest import dead_letters
-from tests.conftest import run_module
+from tests.conftest import main_in_process
 from tests.conftest import write_jsonl
 
 
@@ -28,11 +28,13 @@ def corpus(tmp_path):
   return tmp_path
 
 
-def test_a_truncated_file_publishes_the_rest_and_exits_3(corpus):
-  result = run_module('pipeline.preprocess', f'--input={corpus}/*.jsonl*',
-                      f'--output_dir={corpus}/out')
-  assert result.returncode == cli.EXIT_INCOMPLETE_INPUT, result.stderr
-  errors = [line for line in result.stderr.splitlines()
+def test_a_truncated_file_publishes_the_rest_and_exits_3(corpus, monkeypatch,
+                                                         capsys):
+  status, stderr = main_in_process(
+      monkeypatch, capsys, preprocess.run, f'--input={corpus}/*.jsonl*',
+      f'--output_dir={corpus}/out')
+  assert status == cli.EXIT_INCOMPLETE_INPUT, stderr
+  errors = [line for line in stderr.splitlines()
             if line.startswith('error:')]
   assert len(errors) == 1 and 'could not be read to the end' in errors[0]
   stats = json.loads((corpus / 'out' / 'stats.json').read_text())

@@ -14,7 +14,7 @@ import cli
 from schemas import metadata as metadata_lib
 from schemas import serving
 from serving import exports
-from tests.conftest import run_module
+from tests.conftest import main_in_process
 from tests.conftest import tiny_export
 from trainer import predict
 
@@ -69,7 +69,7 @@ def test_metadata_without_label_names_is_an_export_error(tmp_path):
     (lambda m: {**m, 'version': True}, 'no version'),
 ])
 def test_metadata_that_does_not_describe_its_graph_is_refused(
-    trained, tmp_path, edit, message):
+    trained, tmp_path, edit, message, monkeypatch, capsys):
   """Every job that loads an export checks its metadata against the graph:
   one error line and exit 2, not labels flipped or a traceback later."""
   _, export_dir, _ = trained
@@ -78,11 +78,11 @@ def test_metadata_that_does_not_describe_its_graph_is_refused(
   (copy / serving.METADATA_FILE).write_text(json.dumps(edit(metadata)))
   with pytest.raises(exports.ExportError, match=message):
     exports.load(str(copy))
-  result = run_module('trainer.predict', f'--model_dir={copy}', 'superb')
-  assert result.returncode == cli.EXIT_JOB_ERROR
-  assert result.stderr.splitlines()[-1].startswith('error: ') and (
-      re.search(message, result.stderr)), result.stderr[-2000:]
-  assert not result.stdout
+  status, stderr = main_in_process(monkeypatch, capsys, predict.run,
+                                   f'--model_dir={copy}', 'superb')
+  assert status == cli.EXIT_JOB_ERROR
+  assert stderr.splitlines()[-1].startswith('error: ') and (
+      re.search(message, stderr)), stderr[-2000:]
 
 
 def test_a_version_folder_whose_metadata_names_another_version_is_refused(

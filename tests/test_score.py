@@ -33,10 +33,10 @@ from tests.conftest import assert_float32_close
 from tests.conftest import corpus_rows
 from tests.conftest import dead_letters
 from tests.conftest import float32_approx
+from tests.conftest import main_in_process
 from tests.conftest import MAX_TEXT_BYTES
 from tests.conftest import read_partition
 from tests.conftest import REPO
-from tests.conftest import run_module
 from tests.conftest import score_args
 from tests.conftest import start_scoring
 from tests.conftest import synthetic_reviews
@@ -331,7 +331,7 @@ def test_the_export_is_lent_only_where_workers_run_in_the_jobs_process(
   assert jobs.workers_in_this_process(flags) == here
 
 
-def test_job_level_faults(trained, tmp_path):
+def test_job_level_faults(trained, tmp_path, monkeypatch, capsys):
   model_dir, _, _ = trained
   corpus = tmp_path / 'corpus.jsonl'
   write_jsonl(corpus, corpus_rows(10, 9))
@@ -382,9 +382,10 @@ def test_job_level_faults(trained, tmp_path):
     with pytest.raises(cli.JobError, match=message):
       score.run(args)
   assert not output_dir.exists()
-  process = run_module('pipeline.score', *faults['no exported model'])
-  assert process.returncode == 2
-  errors = [l for l in process.stderr.splitlines() if l.startswith('error:')]
+  status, stderr = main_in_process(monkeypatch, capsys, score.run,
+                                   *faults['no exported model'])
+  assert status == 2
+  errors = [l for l in stderr.splitlines() if l.startswith('error:')]
   assert len(errors) == 1 and 'no exported model' in errors[0]
 
 

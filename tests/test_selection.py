@@ -18,7 +18,7 @@ from schemas import raw
 from schemas import transformed
 from serving import exports
 from bench import common
-from tests.conftest import run_module
+from tests.conftest import main_in_process
 from trainer import calibration
 from trainer import data as data_lib
 from trainer import evaluate
@@ -335,12 +335,13 @@ def test_a_fold_reads_its_rows_from_the_files_as_memory_would(
     (['--folds=2', '--batch_size=300'], 'fewer than a batch of 300'),
 ])
 def test_impossible_cross_validation_is_one_error_line(
-    synthetic_preprocessed, tmp_path, flags, message):
-  result = run_module('trainer.train', f'--data_dir={synthetic_preprocessed}',
-                      f'--model_dir={tmp_path / "m"}', *flags)
-  assert result.returncode == 2
-  assert message in result.stderr
-  assert result.stderr.count('error:') == 1
+    synthetic_preprocessed, tmp_path, flags, message, monkeypatch, capsys):
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={synthetic_preprocessed}',
+      f'--model_dir={tmp_path / "m"}', *flags)
+  assert status == 2
+  assert message in stderr
+  assert stderr.count('error:') == 1
   assert not (tmp_path / 'm' / 'export').exists()
 
 

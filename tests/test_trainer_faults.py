@@ -156,11 +156,13 @@ def test_an_incomplete_preprocessing_output_is_a_job_error_naming_the_gap(
   assert not (tmp_path / 'model').exists()
 
 
-def test_trainer_job_error_on_a_missing_data_dir(tmp_path):
-  result = run_module('trainer.train', f'--data_dir={tmp_path}/missing',
-                      f'--model_dir={tmp_path}/model')
-  assert result.returncode == 2
-  assert 'is not a preprocessing output' in result.stderr.strip().splitlines()[-1]
+def test_trainer_job_error_on_a_missing_data_dir(tmp_path, monkeypatch,
+                                                 capsys):
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={tmp_path}/missing',
+      f'--model_dir={tmp_path}/model')
+  assert status == 2
+  assert 'is not a preprocessing output' in stderr.strip().splitlines()[-1]
 
 
 def test_a_corpus_without_a_shared_ngram_fails_the_default_model(tmp_path):
