@@ -340,6 +340,10 @@ def main():
     results[f'{name}:{corpus}'] = {
         'preprocess': preprocess_flags, 'train': config_flags(name, 'train'),
         'ours': ours, 'tfidf_bigram_lr': baselines[split_key, protocol]}
+    if corpus == 'tickets':
+      import tickets  # pylint: disable=import-outside-toplevel
+      results[f'{name}:{corpus}']['accuracy_ceiling'] = round(
+          tickets.accuracy_ceiling(), 4)
     if (name, corpus) == ('imdb_best', 'imdb'):
       results[f'{name}:{corpus}']['nbsvm_reference'] = nbsvm_anchor(
           ours, work, args.cache, args.seed or 0)
