@@ -19,6 +19,8 @@ from schemas import transformed
 from serving import exports
 from bench import common
 from tests.conftest import main_in_process
+from tests.conftest import preprocess_rows
+from tests.conftest import synthetic_reviews
 from trainer import calibration
 from trainer import data as data_lib
 from trainer import evaluate
@@ -332,7 +334,8 @@ def test_a_fold_reads_its_rows_from_the_files_as_memory_would(
     (['--folds=1'], 'one fold holds out every example'),
     (['--folds=0', '--refit'], 'it needs --folds of 2 or more'),
     # 538 train examples: a fold of 2 leaves about 269 to train on.
-    (['--folds=2', '--batch_size=300'], 'fewer than a batch of 300'),
+    (['--folds=2', '--batch_size=300', '--ngram_fit=epochs'],
+     'fewer than a batch of 300'),
 ])
 def test_impossible_cross_validation_is_one_error_line(
     synthetic_preprocessed, tmp_path, flags, message, monkeypatch, capsys):
@@ -345,6 +348,34 @@ def test_impossible_cross_validation_is_one_error_line(
   assert not (tmp_path / 'm' / 'export').exists()
 
 
+def test_folds_the_groups_cannot_fill_are_an_error_only_where_asked_for(
+    tmp_path, caplog, monkeypatch, capsys):
+  # 200 train reviews of 4 groups, by their ids; no flag would have 5 folds.
+  rows = synthetic_reviews(240, 0)
+  for index, row in enumerate(rows):
+    row['id'] = f'g{index % 4}-{index}'
+    row['split'] = raw.VALIDATION if index % 6 == 0 else raw.TRAIN
+  data_dir = preprocess_rows(tmp_path, rows + synthetic_reviews(60, 1),
+                             r'--group_pattern=^(g\d)-')
+  caplog.set_level('INFO')
+  metrics, _ = train.run([f'--data_dir={data_dir}',
+                          f'--model_dir={tmp_path / "auto"}'])
+  assert metrics['selected_on'] == raw.VALIDATION and not metrics['refit']
+  assert '--folds: 0, not the 5 of auto' in caplog.text
+  assert 'need as many groups' in caplog.text
+  status, stderr = main_in_process(
+      monkeypatch, capsys, train.run, f'--data_dir={data_dir}',
+      f'--model_dir={tmp_path / "asked"}', '--folds=5')
+  assert status == 2 and stderr.count('error:') == 1
+  assert '--folds=5: 5 folds need as many groups; there are only 4' in stderr
+  # Two folds of two groups leave 100 reviews to a fold's fit, fewer than
+  # a batch: no matter to the convex solver, which fits without batches.
+  metrics, _ = train.run([f'--data_dir={data_dir}',
+                          f'--model_dir={tmp_path / "two"}', '--folds=2',
+                          '--batch_size=150'])
+  assert metrics['selected_on'] == selection.CROSS_VALIDATION
+
+
 @pytest.mark.parametrize('examples, median_length, epochs, folds', [
     (3508, 16, 13, selection.FOLDS),    # SMS
     (22700, 20, 2, 0),                  # IMDB's first sentences
@@ -352,6 +383,7 @@ def test_impossible_cross_validation_is_one_error_line(
     (22700, 207, 2, 0),                 # IMDB
     (40, 10, 5, selection.FOLDS),       # folds leave 32 to train on
     (39, 10, 5, 0),                     # 31: less than a batch of 32
+    (39, 10, 0, selection.FOLDS),       # the convex solver needs no batch
 ])
 def test_auto_folds_cross_validate_where_a_training_is_cheap(
     examples, median_length, epochs, folds):

@@ -83,7 +83,8 @@ def add_choice_args(parser) -> None:
                       f'most {selection.AUTO_MAX_EXAMPLES:,} examples and one '
                       f'training reads at most {selection.AUTO_MAX_TOKENS:,} '
                       'tokens (epochs times examples times their median '
-                      'length), else 0. Needs the train split in memory.')
+                      'length), else 0, as where the train split\'s groups '
+                      'cannot fill the folds.')
   parser.add_argument('--refit', action=argparse.BooleanOptionalAction,
                       default=None,
                       help='After cross-validation, train the final model on '

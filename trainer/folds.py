@@ -44,32 +44,71 @@ class Folds:
     return np.flatnonzero((self.fold_of == fold) == held_out)
 
 
+class Undealable(ValueError):
+  """The train split cannot be dealt into the folds asked for."""
+
+
 def plan(settings: settings_lib.Settings,
          data: data_lib.PreprocessedData) -> Folds:
   """Deals the train split into --folds folds by its groups, in one pass
   over its files that keeps a few bytes a record (its group's digest, its
   label, its fold); a JobError, before anything is written, where that
   cannot be done."""
-  digests, labels = [], []
   try:
-    for batch in data_lib.in_file_order(
-        data, (raw.TRAIN,), (transformed.ID, transformed.TOKEN_IDS,
-                             transformed.LABEL_ID)):
-      digests.append(selection.fold_digests(selection.fold_keys(
-          batch[transformed.ID].numpy(), batch[transformed.TOKEN_IDS].numpy(),
-          data.params), settings.seed))
-      labels.append(batch[transformed.LABEL_ID].numpy())
-    digests = np.concatenate(digests)
+    return _deal(settings, data)
+  except Undealable as error:
+    raise cli.JobError(f'--folds={settings.folds}: {error}') from error
+
+
+def plan_or_validation(settings: settings_lib.Settings,
+                       data: data_lib.PreprocessedData, auto: bool
+                       ) -> Tuple[settings_lib.Settings, Optional[Folds]]:
+  """The settings a run goes on with and its folds (``plan``; None without
+  folds). Where --folds=auto (``auto``, --refit not given either) chose
+  folds that the train split's groups cannot fill, the validation split
+  chooses instead, as it does where auto chooses no folds: the user asked
+  for no folds, so none that cannot be dealt is an error of theirs."""
+  if not settings.folds:
+    return settings, None
+  if not auto:
+    return settings, plan(settings, data)
+  try:
+    return settings, _deal(settings, data)
+  except Undealable as error:
+    logging.info('--folds: 0, not the %d of auto (%s): the validation split '
+                 'chooses', settings.folds, error)
+    return dataclasses.replace(settings, folds=0, refit=False), None
+
+
+def _deal(settings: settings_lib.Settings,
+          data: data_lib.PreprocessedData) -> Folds:
+  """``plan``'s folds; Undealable where the groups are too few, or a fold
+  leaves less than a batch to a branch Keras fits."""
+  digests, labels = [], []
+  for batch in data_lib.in_file_order(
+      data, (raw.TRAIN,), (transformed.ID, transformed.TOKEN_IDS,
+                           transformed.LABEL_ID)):
+    try:
+      keys = selection.fold_keys(batch[transformed.ID].numpy(),
+                                 batch[transformed.TOKEN_IDS].numpy(),
+                                 data.params)
+    except ValueError as error:
+      raise Undealable(f'{error}; use --folds=0') from error
+    digests.append(selection.fold_digests(keys, settings.seed))
+    labels.append(batch[transformed.LABEL_ID].numpy())
+  digests = np.concatenate(digests)
+  try:
     fold_of = selection.assign_folds(digests, settings.folds)
   except ValueError as error:
-    raise cli.JobError(f'--folds={settings.folds}: {error} in the train '
-                       f'split of {data.data_dir}; use fewer') from error
-  try:
-    selection.check_training_parts(fold_of, settings.folds,
-                                   settings.batch_size)
-  except ValueError as error:
-    raise cli.JobError(f'--folds={settings.folds}: {error}; use fewer folds '
-                       'or a smaller --batch_size') from error
+    raise Undealable(f'{error} in the train split of {data.data_dir}; use '
+                     'fewer') from error
+  if settings.branches_fitted_by_epochs:
+    try:
+      selection.check_training_parts(fold_of, settings.folds,
+                                     settings.batch_size)
+    except ValueError as error:
+      raise Undealable(f'{error}; use fewer folds or a smaller '
+                       '--batch_size') from error
   splits = (raw.TRAIN, *([raw.VALIDATION] if settings.refit else []))
   return Folds(fold_of, np.concatenate(labels), len(np.unique(digests)),
                splits, data_lib.cache_in_memory(

@@ -53,11 +53,13 @@ def auto_folds(train_examples: int, median_length: int, epochs: int,
                batch_size: int) -> int:
   """--folds=auto for a train split of this many examples whose median
   length is ``median_length`` tokens, trained for at most ``epochs`` in
-  batches of ``batch_size``: 0 also where a fold's training part would
-  hold less than a batch."""
+  batches of ``batch_size`` (0: fitted by the convex solver alone, without
+  batches): 0 also where a fold's training part would hold less than a
+  batch."""
   cheap = (train_examples <= AUTO_MAX_EXAMPLES and
            epochs * train_examples * median_length <= AUTO_MAX_TOKENS)
-  trainable = train_examples - -(-train_examples // FOLDS) >= batch_size
+  trainable = (not epochs or
+               train_examples - -(-train_examples // FOLDS) >= batch_size)
   return FOLDS if cheap and trainable else 0
 
 

@@ -109,6 +109,11 @@ class Settings:
     return cls(**{**given, **resolved}, params=params)
 
   @property
+  def branches_fitted_by_epochs(self) -> Tuple[str, ...]:
+    """The branches Keras fits in batches (``fitted_by_epochs``)."""
+    return fitted_by_epochs(self.params.model, self.ngram_fit)
+
+  @property
   def transformer_skipped(self) -> bool:
     """Whether --model=hybrid is fitted as its n-gram branch alone, the
     train split being smaller than --transformer_min_examples."""
@@ -161,12 +166,11 @@ def settings_from_args(args) -> Tuple[Settings, data_lib.PreprocessedData]:
             for flag in ('epochs', 'ngram_epochs')}
   # What a fold costs: the epochs of the branches Keras fits (a convex
   # n-gram branch costs next to nothing).
-  fitted_by_epochs = [
+  fitted_epochs = [
       epochs['epochs' if branch == model_lib.TRANSFORMER_LOGITS else
              'ngram_epochs']
-      for branch in model_lib.ModelParams(model=model).branches
-      if branch == model_lib.TRANSFORMER_LOGITS or ngram_fit == 'epochs']
-  folds = resolve_folds(args.folds, data, max(fitted_by_epochs, default=0),
+      for branch in fitted_by_epochs(model, ngram_fit)]
+  folds = resolve_folds(args.folds, data, max(fitted_epochs, default=0),
                         args.batch_size)
   refit = resolve_refit(args.refit, folds)
   try:
@@ -176,6 +180,15 @@ def settings_from_args(args) -> Tuple[Settings, data_lib.PreprocessedData]:
   except ValueError as error:
     raise cli.JobError(str(error)) from error
   return settings, data
+
+
+def fitted_by_epochs(model: str, ngram_fit: str) -> Tuple[str, ...]:
+  """The branches of the ``model`` fitted that Keras fits in batches, for
+  epochs: the transformer, and the n-gram branch unless the convex solver
+  fits it."""
+  return tuple(branch for branch in model_lib.ModelParams(model=model).branches
+               if branch == model_lib.TRANSFORMER_LOGITS or
+               ngram_fit == 'epochs')
 
 
 def check_trainable(data: data_lib.PreprocessedData,

@@ -68,7 +68,8 @@ def run(argv=None):
   settings, data = settings_lib.settings_from_args(args)
   # Before the model folder is touched: a plan that cannot be carried out
   # leaves nothing behind.
-  planned = folds.plan(settings, data) if settings.folds else None
+  settings, planned = folds.plan_or_validation(
+      settings, data, auto=args.folds is None and args.refit is None)
   with publishing.claimed(settings.model_dir, data) as run_folders:
     trained = fitting.fit(settings, data, run_folders, planned)
     publishing.save(trained, settings, data, run_folders)
