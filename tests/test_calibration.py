@@ -49,3 +49,28 @@ def test_branch_scales_weight_the_informative_branch():
   scales = calibration.fit_scales(np.stack([noise, logits], axis=1), labels)
   assert scales[0] < 0.01
   assert scales[1] == pytest.approx(0.2, rel=0.05)
+
+
+def test_held_out_examples_all_right_warrant_platts_confidence_not_more():
+  # 30 and 10 examples, each right by the same margin: at any temperature
+  # the NLL of one-hot labels falls as it shrinks, without a minimum.
+  labels = np.repeat([0, 1], [30, 10])
+  logits = np.where(np.eye(2, dtype=bool)[labels], 1.0, -1.0)[:, None, :]
+  (scale,) = calibration.fit_scales(logits, labels)
+  assert calibration.fit_scales(logits, labels, iterations=500)[0] == (
+      pytest.approx(scale))
+  sure = calibration.softmax(logits[:, 0] * scale)[np.arange(40), labels]
+  # Between the targets of the two classes, 31/32 and 11/12.
+  assert 11 / 12 < sure.mean() < 31 / 32
+  # One wrong answer: the labels' own minimum, as before.
+  labels[0] = 1
+  (wrong,) = calibration.fit_scales(logits, labels)
+  expected = np.log(39 / 1) / 2  # p(right) = 39/40 at the minimum
+  assert wrong == pytest.approx(expected, rel=1e-4)
+
+
+def test_platt_targets_sum_to_one_and_follow_each_class_size():
+  targets = calibration.platt_targets(np.array([0, 0, 2]), 3)
+  np.testing.assert_allclose(targets.sum(axis=1), 1.0)
+  np.testing.assert_allclose(targets[0], [3 / 4, 1 / 8, 1 / 8])
+  np.testing.assert_allclose(targets[2], [1 / 6, 1 / 6, 2 / 3])

@@ -78,24 +78,55 @@ def fit_scales(branch_logits: np.ndarray, labels: np.ndarray,
 
   ``branch_logits`` is [examples, branches, classes]. The NLL is convex in
   s, so damped Newton steps reach the minimum in a few iterations; with one
-  branch, 1 / s is the temperature.
+  branch, 1 / s is the temperature. Where the mix then classifies every
+  example right, the NLL has no minimum (it falls without end as the
+  scales grow, and only the iterations would stop them): the scales are
+  fitted again against Platt's targets (1999), which never ask for more
+  than the labels warrant (``platt_targets``).
   """
   logits = branch_logits.astype(np.float64)
-  labels_one_hot = np.eye(logits.shape[-1])[labels]
+  scales = _minimise_cross_entropy(logits, np.eye(logits.shape[-1])[labels],
+                                   iterations)
+  mixed = np.einsum('nbk,b->nk', logits, scales)
+  rest = np.where(np.eye(mixed.shape[-1], dtype=bool)[labels], -np.inf, mixed)
+  if np.all(mixed[np.arange(len(labels)), labels] > rest.max(axis=1)):
+    scales = _minimise_cross_entropy(
+        logits, platt_targets(labels, logits.shape[-1]), iterations)
+  return scales
+
+
+def platt_targets(labels: np.ndarray, classes: int) -> np.ndarray:
+  """[examples, classes]: each example's labelled class (n + 1) / (n + 2),
+  n the examples of that class, and the rest shared by the other classes:
+  n right answers out of n, by Laplace's rule of succession, warrant no
+  more (Platt, 1999, for two classes)."""
+  examples = np.bincount(labels, minlength=classes)[labels]
+  labelled = (examples + 1) / (examples + 2)
+  targets = np.repeat(((1 - labelled) / (classes - 1))[:, None], classes,
+                      axis=1)
+  targets[np.arange(len(labels)), labels] = labelled
+  return targets
+
+
+def _minimise_cross_entropy(logits: np.ndarray, targets: np.ndarray,
+                            iterations: int) -> np.ndarray:
+  """``fit_scales``' scales against ``targets`` [examples, classes] (one-hot
+  labels, or ``platt_targets``)."""
   scales = np.ones(logits.shape[1])
+  examples = len(targets)
 
   def loss(s):
     z = np.einsum('nbk,b->nk', logits, s)
     z -= z.max(axis=1, keepdims=True)
     return float(np.mean(np.log(np.exp(z).sum(axis=1)) -
-                         (z * labels_one_hot).sum(axis=1)))
+                         (z * targets).sum(axis=1)))
 
   for _ in range(iterations):
     p = softmax(np.einsum('nbk,b->nk', logits, scales))
-    gradient = np.einsum('nk,nbk->b', p - labels_one_hot, logits) / len(labels)
+    gradient = np.einsum('nk,nbk->b', p - targets, logits) / examples
     expected = np.einsum('nk,nbk->nb', p, logits)
     hessian = (np.einsum('nk,nbk,nck->bc', p, logits, logits) -
-               np.einsum('nb,nc->bc', expected, expected)) / len(labels)
+               np.einsum('nb,nc->bc', expected, expected)) / examples
     step = np.linalg.solve(hessian + 1e-9 * np.eye(len(scales)), gradient)
     current, rate = loss(scales), 1.0
     # Halve the step until the loss does not rise (backtracking).
