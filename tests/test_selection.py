@@ -179,7 +179,7 @@ def cross_validated(synthetic_preprocessed, tmp_path_factory):
   folder = tmp_path_factory.mktemp('cv')
   metrics, export_dir = train.run([
       f'--data_dir={synthetic_preprocessed}', f'--model_dir={folder}',
-      '--folds=3', '--ngram_fit=epochs', *SMALL])
+      '--folds=2', '--ngram_fit=epochs', *SMALL])
   return folder, metrics, exports.read_metadata(export_dir)
 
 
@@ -190,7 +190,7 @@ def test_cross_validation_chooses_and_the_final_model_is_refitted(
   choices = metadata['training']['choices']
   assert choices['on'] == selection.CROSS_VALIDATION and choices['refit']
   folds = choices['cross_validation']
-  assert folds['folds'] == 3
+  assert folds['folds'] == 2
   assert folds['examples'] == data.num_examples(raw.TRAIN)
   assert set(folds['epochs']) == {model_lib.NGRAM_LOGITS,
                                   model_lib.TRANSFORMER_LOGITS}
@@ -213,7 +213,7 @@ def test_cross_validation_chooses_and_the_final_model_is_refitted(
   assert metrics['refit'] is True
   assert metrics['test']['accuracy'] > 0.9
   report = (folder / evaluate.REPORT_FILE).read_text()
-  assert 'Grouped 3-fold cross-validation over the train split' in report
+  assert 'Grouped 2-fold cross-validation over the train split' in report
   assert 'trained on train + validation' in report
   assert "held-out predictions of the cross-validation folds" in report
   assert report.count('| yes |') == 2
