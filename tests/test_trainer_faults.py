@@ -166,15 +166,17 @@ def test_trainer_job_error_on_a_missing_data_dir(tmp_path, monkeypatch,
 
 
 def test_a_corpus_without_a_shared_ngram_fails_the_default_model(tmp_path):
-  # Every document's words are its own: the search on validation finds no
-  # n-gram in two training documents, and says what would train.
+  # Every document's words are its own: the search (by the folds --folds=auto
+  # deals for the convex solver) finds no n-gram in two training documents,
+  # and says what would train.
   rows = [{'id': str(i), 'text': f'w{i} x{i}', 'label': 'ab'[i % 2],
            'split': 'train' if i < 40 else ('validation' if i < 50 else 'test')}
           for i in range(60)]
   preprocessed = preprocess_rows(tmp_path, rows)
   with pytest.raises(cli.JobError, match=(
-      'no n-gram is in 2 training documents: try --model=transformer or '
-      '--ngram_min_count=1')):
+      "no n-gram is in 2 training documents of every fold's training part "
+      r'\(the smallest: \d+ examples\): try --model=transformer or '
+      '--ngram_min_count=1 or --folds=0')):
     train.run([f'--data_dir={preprocessed}', f'--model_dir={tmp_path}/model'])
   assert not (tmp_path / 'model' / serving.EXPORT_DIR).exists()
 
