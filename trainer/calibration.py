@@ -78,8 +78,8 @@ def fit_scales(branch_logits: np.ndarray, labels: np.ndarray,
 
   ``branch_logits`` is [examples, branches, classes]. The NLL is convex in
   s, so damped Newton steps reach the minimum in a few iterations; with one
-  branch, 1 / s is the temperature. Where the mix then classifies every
-  example right, the NLL has no minimum (it falls without end as the
+  branch, 1 / s is the temperature. Where the mix then classifies no
+  example wrong, the NLL has no minimum (it falls without end as the
   scales grow, and only the iterations would stop them): the scales are
   fitted again against Platt's targets (1999), which never ask for more
   than the labels warrant (``platt_targets``).
@@ -88,8 +88,8 @@ def fit_scales(branch_logits: np.ndarray, labels: np.ndarray,
   scales = _minimise_cross_entropy(logits, np.eye(logits.shape[-1])[labels],
                                    iterations)
   mixed = np.einsum('nbk,b->nk', logits, scales)
-  rest = np.where(np.eye(mixed.shape[-1], dtype=bool)[labels], -np.inf, mixed)
-  if np.all(mixed[np.arange(len(labels)), labels] > rest.max(axis=1)):
+  # None wrong (a tie too only gains as the scales grow).
+  if np.all(mixed[np.arange(len(labels)), labels] >= mixed.max(axis=1)):
     scales = _minimise_cross_entropy(
         logits, platt_targets(labels, logits.shape[-1]), iterations)
   return scales
