@@ -30,10 +30,13 @@ Split = Tuple[Sequence[str], Sequence]
 
 def baseline(train: Split, validation: Split, test: Split,
              c_grid: Sequence[float] = C_GRID, folds: int = 0,
-             refit: bool = False, seed: int = 0) -> Dict:
+             refit: bool = False, seed: int = 0,
+             also_predict: Sequence[str] = ()) -> Dict:
   """Picks C on validation, or with ``folds`` by stratified k-fold
   cross-validation over train (the mean accuracy over its held-out folds);
-  fits on train, and validation too with ``refit``; reports on test.
+  fits on train, and validation too with ``refit``; reports on test, and
+  with ``also_predict`` returns the chosen model's labels of those texts
+  too (``also_predicted``).
 
   Labels may be of any hashable type; per-class F1 is keyed by their
   string form. ``seconds`` covers the vectorizer, every fit of the grid
@@ -97,6 +100,8 @@ def baseline(train: Split, validation: Split, test: Split,
   test_labels = np.asarray(test[1])
   predictions = final.predict(list(test[0]))
   labels = final.classes_
+  also = ({'also_predicted': final.predict(list(also_predict)).tolist()}
+          if len(also_predict) else {})
   f1 = metrics.f1_score(test_labels, predictions, labels=labels, average=None)
   return {
       'c': chosen,
@@ -111,4 +116,5 @@ def baseline(train: Split, validation: Split, test: Split,
       'examples': {'train': len(train[0]), 'validation': len(validation[0]),
                    'test': len(test[0])},
       'seconds': round(time.time() - started, 1),
+      **also,
   }

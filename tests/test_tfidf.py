@@ -52,3 +52,12 @@ def test_baseline_cross_validated_picks_c_on_the_folds_and_refits():
   assert figures['test_accuracy'] == 1.0
   with pytest.raises(ValueError, match='refit needs folds'):
     tfidf.baseline(train, validation, corpus(60), refit=True)
+
+
+def test_baseline_labels_the_texts_it_is_also_asked_about():
+  texts, labels = corpus(30)
+  figures = tfidf.baseline(corpus(200), corpus(40), corpus(60),
+                           c_grid=(1.0,), also_predict=texts)
+  assert figures['also_predicted'] == labels
+  assert 'also_predicted' not in tfidf.baseline(
+      corpus(200), corpus(40), corpus(60), c_grid=(1.0,))

@@ -30,28 +30,22 @@ def test_another_seed_draws_other_tickets_of_the_same_make(tmp_path):
   assert max(by_label.values()) - min(by_label.values()) < 0.1 * tickets.COUNT
 
 
-def _oracle_accuracy(rows):
-  """The expected accuracy of a classifier that knows every class's
-  phrases: it counts each class's phrases in a ticket (its spelling slips
-  undone) and takes the class of the most, a tie by a fair coin."""
-  unslipped = {slip: word for word, slip in tickets.SLIPS.items()}
-  phrase_class = {phrase.lower(): label for label, phrases in
-                  tickets.PHRASES.items() for phrase in phrases}
-  expected = 0.0
-  for _, text, label in rows:
-    found = collections.Counter()
-    for part in text.rstrip('.!?').split('. '):
-      words = [unslipped.get(word, word) for word in part.lower().split()]
-      if ' '.join(words) in phrase_class:
-        found[phrase_class[' '.join(words)]] += 1
-    most = max(found.values())
-    leaders = [name for name, count in found.items() if count == most]
-    expected += (label in leaders) / len(leaders)
-  return expected / len(rows)
-
-
 def test_no_classifier_expects_more_than_the_ceiling():
   rows = tickets.tickets(count=40_000, seed=tickets.SEED + 7)
+  oracle = tickets.oracle_accuracy([text for _, text, _ in rows],
+                                   [label for _, _, label in rows])
   # Three standard errors of an accuracy near 0.93 over 40,000 tickets.
-  assert abs(_oracle_accuracy(rows) - tickets.accuracy_ceiling()) < 0.004
+  assert abs(oracle - tickets.accuracy_ceiling()) < 0.004
   assert 0.93 < tickets.accuracy_ceiling() < 0.94
+
+
+def test_fresh_tickets_hold_no_text_a_model_was_trained_on():
+  committed = [text for _, text, _ in _rows(tickets.TICKETS)]
+  texts, labels = tickets.fresh(committed)
+  assert not set(texts) & set(committed)
+  # Only the few texts a short ticket can repeat are left out.
+  assert 0.9 * tickets.FRESH_COUNT < len(texts) < tickets.FRESH_COUNT
+  assert collections.Counter(labels).keys() == tickets.PHRASES.keys()
+  # The same draw each time: every benchmark run judges on these tickets.
+  assert tickets.fresh(committed) == (texts, labels)
+  assert len(tickets.fresh([])[0]) == tickets.FRESH_COUNT
