@@ -21,7 +21,7 @@ the movie groups kept), and ``imdb_2k``, 2,000 reviews of the official train
 split with the whole official test split; ``tickets`` is the benchmarks'
 own 500 support tickets (``bench/tickets.py``), or with --tickets_seed
 another draw of them. Both models trained on the tickets are also judged on
-10,000 fresh ones of the same make (none a text of the 500's), where a
+30,000 fresh ones of the same make (none a text of the 500's), where a
 difference of a point is no longer one ticket's.
 
     python bench/train.py [--only imdb_seed,defaults:imdb_sentences,...]
