@@ -105,8 +105,8 @@ def tickets(count: int = COUNT, seed: int = SEED):
 
 def fresh(seen, count: int = FRESH_COUNT, seed: int = FRESH_SEED):
   """(texts, labels) of ``count`` tickets drawn with ``seed``, less those
-  whose text is one of ``seen``: the preprocessing job splits by a hash of
-  the text, so no test text is ever one a model was trained on."""
+  whose text is one of ``seen``: none is a text a model trained on ``seen``
+  has read."""
   seen = set(seen)
   rows = [(text, label) for _, text, label in tickets(count, seed)
           if text not in seen]
