@@ -83,3 +83,15 @@ def test_wrong_inputs_are_refused_with_what_is_wrong(trained):
     classifier.mistakes(['a', 'b'], [classifier.labels[0]])
   with pytest.raises(ValueError, match=r"does not know: \['positive'\]"):
     classifier.mistakes(['a', 'b'], [classifier.labels[0], 'positive'])
+  # A batch size or count that would make no batches, or no rows, silently.
+  for wrong in (0, -1):
+    with pytest.raises(ValueError, match=f'batch_size must be at least 1, '
+                       f'not {wrong}'):
+      classifier.predict(['a film'], batch_size=wrong)
+  with pytest.raises(TypeError, match='batch_size must be an int, not a '
+                     'float'):
+    classifier.predict(['a film'], batch_size=1.5)
+  with pytest.raises(ValueError, match='n must be at least 0, not -1'):
+    classifier.mistakes(['a'], [classifier.labels[0]], n=-1)
+  with pytest.raises(TypeError, match='version must be an int, not a str'):
+    textclf.load(str(model_dir), version='1')

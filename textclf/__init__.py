@@ -16,6 +16,7 @@ confidence and probabilities are None.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
 from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
+import numbers
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from schemas import scored
@@ -37,6 +38,7 @@ def load(model_dir: str, version: Optional[int] = None) -> 'Classifier':
   export folder. ExportError when there is none to load. An export is a
   program: load only one you trust."""
   if version is not None:
+    _check_whole('version', version, 0)
     found = exports.versions(model_dir)
     if version not in found:
       raise ExportError(f'no version {version} in {model_dir} (its '
@@ -71,6 +73,7 @@ class Classifier:
     ``as_frame``, a pandas DataFrame of ``text``, ``label``, ``confidence``
     and a ``probability_<label>`` column a class, as the scoring job's
     Parquet names them."""
+    _check_whole('batch_size', batch_size, 1)
     texts = _checked_texts(texts)
     rows = []
     for start in range(0, len(texts), batch_size):
@@ -88,6 +91,8 @@ class Classifier:
     prediction and confidence, or with ``as_frame`` a DataFrame of those
     columns. Blank texts are left out; a label the model does not know is
     a ValueError, not a mistake of the model's."""
+    if n is not None:
+      _check_whole('n', n, 0)
     texts, labels = _checked_texts(texts), list(labels)
     if len(labels) != len(texts):
       raise ValueError(f'{len(texts)} texts but {len(labels)} labels')
@@ -117,6 +122,16 @@ def _data_frame(records: List, columns: Sequence[str]):
   # pandas only where a frame is asked for: it adds to every import.
   import pandas  # pylint: disable=import-outside-toplevel
   return pandas.DataFrame(records, columns=list(columns))
+
+
+def _check_whole(name: str, value, minimum: int) -> None:
+  """A TypeError where ``value`` is not an int (a bool is not one), a
+  ValueError where it is below ``minimum``: a negative batch size would
+  make the batches, and so the rows, none."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise TypeError(f'{name} must be an int, not a {type(value).__name__}')
+  if value < minimum:
+    raise ValueError(f'{name} must be at least {minimum}, not {value}')
 
 
 def _checked_texts(texts: Iterable[str]) -> List[str]:
