@@ -118,6 +118,16 @@ def cut_in_half(pattern):
   return cut
 
 
+def reorder_labels(data_dir):
+  path = data_dir / 'transform_fn' / 'assets' / 'labels'
+  path.write_text('\n'.join(reversed(path.read_text().split())) + '\n')
+
+
+def add_token(data_dir):
+  with open(data_dir / 'transform_fn' / 'assets' / 'tokens', 'a') as tokens:
+    tokens.write('another-run\n')
+
+
 def drop(*names):
   return lambda data_dir: [remove(path) for name in names
                            for path in data_dir.glob(name)]
@@ -139,6 +149,9 @@ def drop(*names):
     (drop('transformed_metadata/schema.pbtxt'), 'schema.pbtxt'),
     (miscount, 'its train files hold '),
     (cut_in_half('train-*'), '.tfrecord.gz cannot be read whole'),
+    # Another run's transform graph beside these records and stats.json.
+    (reorder_labels, 'its transform graph\'s labels, '),
+    (add_token, 'its transform graph\'s token vocabulary, '),
 ])
 def test_an_incomplete_preprocessing_output_is_a_job_error_naming_the_gap(
     damage, message, synthetic_preprocessed, tmp_path, monkeypatch, capsys):
@@ -317,10 +330,10 @@ def test_a_second_trainer_on_one_model_dir_is_refused_naming_the_first(
   assert len(errors) == 1
   assert f'another trainer (host {socket.gethostname()}, pid {first.pid}' in (
       errors[0])
-  # The first, stopped, published nothing and left nothing but its logs.
+  # The first, stopped, published nothing and left nothing but its logs:
+  # not even its lock file, in the folder it made.
   assert first.returncode == cli.EXIT_TERMINATED
-  assert sorted(path.name for path in model_dir.iterdir()) == [
-      lock.LOCK_FILE, runs.LOGS_DIR]
+  assert sorted(path.name for path in model_dir.iterdir()) == [runs.LOGS_DIR]
 
 
 def test_a_version_is_newer_than_every_existing_one(tmp_path):
@@ -440,3 +453,26 @@ def test_a_refitted_model_is_judged_on_the_folds_held_out_predictions():
                  'after': {'accuracy': 0.55}}
   assert blessing.held_out_figure(metrics, refitted_on) == (
       0.55, 0.6, "cross-validation's held-out predictions")
+
+
+def test_a_run_that_fails_once_it_holds_the_model_folder_leaves_it_as_it_was(
+    previous_model, synthetic_preprocessed, tmp_path, monkeypatch, capsys):
+  # Its n-gram statistics cut short: found only once the run has the lock
+  # and reads them to fit the n-gram branch by epochs.
+  data_dir = tmp_path / 'preprocessed'
+  shutil.copytree(synthetic_preprocessed, data_dir)
+  cut_in_half('ngrams-*')(data_dir)
+  model_dir, _ = previous_model
+  before = outputs_of_runs(model_dir)
+  for folder in (model_dir, tmp_path / 'new'):
+    status, stderr = main_in_process(
+        monkeypatch, capsys, train.run, f'--data_dir={data_dir}',
+        f'--model_dir={folder}', '--model=nbsvm', '--ngram_fit=epochs',
+        '--folds=0')
+    assert status == cli.EXIT_JOB_ERROR
+    (line,) = [line for line in stderr.splitlines()
+               if line.startswith('error')]
+    assert 'its n-gram statistics cannot be read' in line
+  assert outputs_of_runs(model_dir) == before
+  # The folder it made for itself goes with the run: nothing written.
+  assert not (tmp_path / 'new').exists()

@@ -70,6 +70,7 @@ class PreprocessedData:
           transformed.TOKEN_VOCABULARY) + transformed.NUM_RESERVED_IDS)
     except (OSError, ValueError, tf.errors.OpError) as error:
       raise _incomplete(data_dir, str(error)) from error
+    _check_graph_matches(data_dir, stats, label_names, vocab_size)
     data = cls(data_dir=data_dir, tft_output=tft_output, params=params,
                stats=stats, label_names=label_names, vocab_size=vocab_size,
                max_len=max_len, fingerprint=fingerprint)
@@ -205,6 +206,26 @@ def _check_counts(data_dir: str, stats) -> None:
     raise _incomplete(data_dir, f'{transformed.STATS_FILE} has no '
                       'records.written count for each of '
                       f'{", ".join(raw.SPLITS)}')
+
+
+def _check_graph_matches(data_dir: str, stats, label_names: List[str],
+                         vocab_size: int) -> None:
+  """The transform graph's vocabularies must be those stats.json was
+  written from: a graph of another run (copied in, or one run's files over
+  another's) numbers the labels or the tokens otherwise than the records,
+  and a model trained on them answers wrong labels."""
+  counted = _field(stats, 'labels', 'names')
+  if counted != label_names:
+    raise _incomplete(data_dir, f'its transform graph\'s labels, '
+                      f'{label_names}, are not the {counted} '
+                      f'{transformed.STATS_FILE} counts: they are of '
+                      'different runs')
+  if _field(stats, 'vocabulary_size') != vocab_size:
+    raise _incomplete(data_dir, f'its transform graph\'s token vocabulary, '
+                      f'{vocab_size} ids, is not the '
+                      f'{_field(stats, "vocabulary_size")} '
+                      f'{transformed.STATS_FILE} counts: they are of '
+                      'different runs')
 
 
 # --cache: 'memory' keeps a split parsed in memory after the first epoch,

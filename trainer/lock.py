@@ -53,13 +53,32 @@ class Busy(cli.JobError):
 
 
 @contextlib.contextmanager
-def exclusive(model_dir: str):
+def exclusive(model_dir: str, made_for_this_run: bool = False):
   """Holds the model folder's lock while the block runs; Busy if another
-  trainer holds it."""
+  trainer holds it. ``made_for_this_run``: the folder did not exist before
+  this run, so a run that fails before it wrote anything leaves no folder
+  either: the lock file goes while still held (a trainer that starts then
+  makes its own), then the folder if nothing else is in it (a run that got
+  as far as TensorBoard logs keeps them, as in any model folder)."""
   path = posixpath.join(model_dir, LOCK_FILE)
   held = _file_lock if '://' in model_dir else _kernel_lock
   with held(path, model_dir):
-    yield
+    try:
+      yield
+    except BaseException:
+      if made_for_this_run:
+        _remove_made_folder(path, model_dir)
+      raise
+
+
+def _remove_made_folder(path: str, model_dir: str) -> None:
+  try:
+    tf.io.gfile.remove(path)
+    if '://' not in model_dir and not os.listdir(model_dir):
+      os.rmdir(model_dir)  # only where empty: never another's files
+  except (tf.errors.OpError, OSError) as error:
+    logging.warning('train: the model folder %s this run made is left (%s)',
+                    model_dir, error)
 
 
 def _holder() -> Dict:

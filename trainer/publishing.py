@@ -24,10 +24,12 @@ from trainer import settings as settings_lib
 @contextlib.contextmanager
 def claimed(model_dir: str, data: data_lib.PreprocessedData):
   """The run's folders (``runs.Run``) in ``model_dir``, held under its lock
-  with what killed runs left swept away; discarded when the run fails."""
+  with what killed runs left swept away; discarded when the run fails, and
+  the folder too where this run made it."""
   runs.check_own(model_dir)
+  made = not tf.io.gfile.exists(model_dir)
   tf.io.gfile.makedirs(model_dir)
-  with lock.exclusive(model_dir):
+  with lock.exclusive(model_dir, made_for_this_run=made):
     runs.sweep(model_dir)
     runs.copy_report(model_dir)
     run_folders = runs.Run(model_dir)
