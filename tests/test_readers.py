@@ -343,13 +343,20 @@ def test_runaway_quoted_csv_field_is_one_dead_letter(tmp_path):
                                                                'pos')
   # Under the reader's bound the record keeps its id; the job rejects it.
   assert by_id['150'][raw.TEXT] == 'z' * 3000
-  unterminated = tmp_path / 'open.csv'
-  unterminated.write_text('id,text\n0,fine\n1,"never closed\n' +
-                          '2,x\n' * 20000)
-  records = read(unterminated, max_text_bytes=1000)
-  assert [r[raw.TEXT] for r in records if not r.get(raw.REASON)] == ['fine']
-  assert letters(records) == [(f'{unterminated}:15', rejected.MALFORMED_RECORD)]
-  assert 'unterminated' in records[0][raw.SNIPPET]
+  # A quote never closed takes every later record into its field, past
+  # the bound or within it: the file cannot be read to its end.
+  for rest in ('2,x\n' * 20000, '2,x\n' * 30):
+    unterminated = tmp_path / 'open.csv'
+    unterminated.write_text('id,text\n0,fine\n1,"never closed\n' + rest)
+    records = read(unterminated, max_text_bytes=1000)
+    assert [r[raw.TEXT] for r in records if not r.get(raw.REASON)] == ['fine']
+    assert letters(records) == [(f'{unterminated}:15',
+                                 rejected.CORRUPT_FILE)]
+    (letter,) = [r for r in records if r.get(raw.REASON)]
+    assert letter[raw.SNIPPET].startswith(
+        f'unterminated quoted field: the record from byte 15 runs '
+        f'{len(rest) + 16} bytes to the end of the file')
+    assert '1,"never closed' in letter[raw.SNIPPET]
 
 
 def test_tfrecord_crc_mismatches(tmp_path):

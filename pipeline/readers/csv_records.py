@@ -6,7 +6,10 @@ middle of the field: one lost quote or one huge field then turns every later
 line of it into a record and eats the next good row. Here the lines of one
 record are fed to the csv module only up to the reader's record bound; a
 record that goes past it is read to its end by a scan that follows the same
-quoting rules but keeps nothing, and becomes one dead letter.
+quoting rules but keeps nothing, and becomes one dead letter. A quoted field
+that is never closed runs to the end of the file, whatever its size: every
+record after its quote is lost in it, so the file cannot be read to its end
+(``streams.CorruptFile`` from the record's start), not one record's fault.
 """
 import csv
 import re
@@ -81,12 +84,13 @@ class _Feed:
     self._pieces = line_pieces
     self._encoding = encoding
     self._max_bytes = max_bytes
+    self.exhausted = False  # the pieces have ended
     self.start_record()
 
   def start_record(self):
     self.record_start = None  # the offset of the record's first line
     self.overflow = None  # the piece that took the record past the bound
-    self._lines = []  # the record's lines so far, within the bound
+    self.record_lines = []  # the record's lines so far, within the bound
     self._size = 0
 
   def __iter__(self):
@@ -95,7 +99,10 @@ class _Feed:
   def __next__(self) -> str:
     if self.overflow is not None:
       raise StopIteration
-    piece = next(self._pieces)
+    piece = next(self._pieces, None)
+    if piece is None:
+      self.exhausted = True
+      raise StopIteration
     if self.record_start is None:
       self.record_start = piece.offset
     self._size += len(piece.data)
@@ -104,15 +111,28 @@ class _Feed:
       raise StopIteration
     line = self._encoding.decode(piece.data, piece.offset,
                                  lines.MARK_UNDECODABLE)
-    self._lines.append(line)
+    self.record_lines.append(line)
     return line
+
+  def ends_in_quotes(self, delimiter: str) -> bool:
+    """Whether the pieces ended inside a quoted field of the record."""
+    scan = _QuoteScan(delimiter)
+    for line in self.record_lines:
+      scan.ends_record(line)
+    return self.exhausted and scan.in_quotes
+
+  def unterminated(self, start: str) -> streams.CorruptFile:
+    return streams.CorruptFile(self.record_start, (
+        f'unterminated quoted field: the record from byte '
+        f'{self.record_start} runs {self._size} bytes to the end of the '
+        f'file, every record after its quote in it: {start}'))
 
   def skip_overflow(self, delimiter: str) -> Record:
     """Reads past the rest of the record that overflowed: one dead letter."""
     scan = _QuoteScan(delimiter)
-    for line in self._lines:
+    for line in self.record_lines:
       scan.ends_record(line)
-    start = ''.join(self._lines)[:_SNIPPET_CHARS]
+    start = ''.join(self.record_lines)[:_SNIPPET_CHARS]
     piece, ended = self.overflow, False
     while piece is not None and not ended:
       text = self._encoding.decode(piece.data, piece.offset,
@@ -122,10 +142,7 @@ class _Feed:
       piece = None if ended else next(self._pieces, None)
       self._size += len(piece.data) if piece else 0
     if scan.in_quotes and not ended:
-      return Record(self.record_start, None, rejected.MALFORMED_RECORD, (
-          f'unterminated quoted field: the record from byte '
-          f'{self.record_start} runs {self._size} bytes to the end of the '
-          f'file: {start}'))
+      raise self.unterminated(start)
     return Record(self.record_start, None, rejected.TEXT_TOO_LONG, (
         f'a CSV record of {self._size} bytes from byte {self.record_start}, '
         f'over the {self._max_bytes}-byte bound: {start}'))
@@ -161,6 +178,8 @@ def records(line_pieces: Iterator[lines.Piece], encoding: lines.TextEncoding,
       reader = csv.reader(feed, delimiter=delimiter, strict=True)
     elif row is None:
       return
+    elif isinstance(row, csv.Error) and feed.ends_in_quotes(delimiter):
+      raise feed.unterminated(''.join(feed.record_lines)[:_SNIPPET_CHARS])
     elif isinstance(row, csv.Error):
       yield Record(feed.record_start, None, rejected.MALFORMED_RECORD,
                    str(row))
