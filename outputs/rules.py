@@ -159,16 +159,34 @@ def _check_outside_outputs(target: Target) -> None:
 
 
 def _check_outside_input(target: Target, staging_dir: str) -> None:
-  """The input pattern matches no file the job writes, in the output folder
-  or its staging folder: a job reading its own output never runs the same
-  twice."""
+  """The input pattern matches nothing the job writes: no file of it in the
+  output folder or its staging folder, and none of those folders (nor the
+  folders between the output root and the output folder, nor the staging
+  folders' own): a job reading its own output never runs the same twice,
+  and a pattern that matched a folder it makes would read it as an
+  unreadable input file."""
+  for path in _written_paths(target, staging_dir):
+    if target.reads(path):
+      raise OutputError(
+          f'the output folder {target.folder} is inside the input '
+          f'{target.input_pattern}: the input would include {path}')
+
+
+def _written_paths(target: Target, staging_dir: str) -> Iterator[str]:
+  """Every folder a run of ``target`` makes or writes into, and a path of
+  each file it writes in the output and staging folders."""
+  folder = target.folder
+  while True:
+    yield folder
+    if folder == target.root or not folder.startswith(target.root + '/'):
+      break
+    folder = posixpath.dirname(folder)
+  if staging_dir:
+    yield posixpath.dirname(staging_dir)
+    yield staging_dir
   for folder in filter(None, (target.folder, staging_dir)):
     for example in target.layout.examples():
-      path = posixpath.join(folder, example)
-      if target.reads(path):
-        raise OutputError(
-            f'the output folder {target.folder} is inside the input '
-            f'{target.input_pattern}: the input would include {path}')
+      yield posixpath.join(folder, example)
 
 
 def entries(files: Files, folder: str) -> List[Entry]:

@@ -148,7 +148,10 @@ def test_an_output_the_input_pattern_would_read_is_refused(tmp_path,
   monkeypatch.chdir(tmp_path)
   root = str(data / 'scores')
   for pattern in (f'{data}/**/*.jsonl', f'{data}/**', 'data/**/*.jsonl',
-                  f'{tmp_path}/alias/**/*.parquet', f'{data}/scores/*/*'):
+                  f'{tmp_path}/alias/**/*.parquet', f'{data}/scores/*/*',
+                  # Folders it makes, read as (unreadable) input files: the
+                  # root, the partition, the staging folders.
+                  f'{data}/*', f'{data}/scores/*', f'{data}/.*'):
     with pytest.raises(outputs.OutputError, match='inside the input'):
       with claim(root, pattern, partition='dt=1',
                           layout=LAYOUT):
