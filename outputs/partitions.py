@@ -29,6 +29,13 @@ _SEGMENT = re.compile(
     r'(?P<key>[A-Za-z][A-Za-z0-9_]*)=(?P<value>[A-Za-z0-9][A-Za-z0-9._+-]*)')
 
 
+# The longest partition: its staging folder's name is the partition (its
+# '/' as '~') with a 13-character run id, and '.old' where a publish moves
+# it aside, within the 255 bytes a file name may hold (ASCII, as _SEGMENT
+# allows, one byte a character).
+MAX_CHARACTERS = 255 - 13 - len('.old')
+
+
 def checked(partition: str) -> str:
   """The partition as a relative path; ValueError unless every folder of it
   is ``key=value`` in the characters every reader takes as they are
@@ -48,7 +55,11 @@ def checked(partition: str) -> str:
     keys.append(match.group('key').lower())
   if len(set(keys)) != len(keys):
     raise ValueError(f'bad --partition {partition!r}: a key appears twice')
-  return '/'.join(segments)
+  joined = '/'.join(segments)
+  if len(joined) > MAX_CHARACTERS:
+    raise ValueError(f'bad --partition: {len(joined)} characters, over the '
+                     f'{MAX_CHARACTERS} its staging folder\'s name leaves')
+  return joined
 
 
 def keys(partition: str) -> Tuple[str, ...]:

@@ -23,6 +23,8 @@ from tests.conftest import write_jsonl
 
 def test_partition_names_are_checked():
   assert partitions.checked('dt=2026-11-21/') == 'dt=2026-11-21'
+  longest = 'dt=' + 'x' * (partitions.MAX_CHARACTERS - 3)
+  assert partitions.checked(longest) == longest
   assert partitions.checked('dt=2026-11-21/hour=03') == (
       'dt=2026-11-21/hour=03')
   for bad in ('', '..', 'dt=1/../x', '.hidden', '_tmp', 'dt=*', 'a//b', ' ',
@@ -35,7 +37,9 @@ def test_partition_names_are_checked():
               # key given twice.
               'dt=2026-11-24/rerun', 'dt=2026/11/25', 'dt=2026-11-25=retry',
               'dt=__HIVE_DEFAULT_PARTITION__', 'dt=', '=1', 'dt=a%2Fb',
-              'dt=1/DT=2', 'dt=_x', 'dt=.x', 'd t=1', 'dt=1,2'):
+              'dt=1/DT=2', 'dt=_x', 'dt=.x', 'd t=1', 'dt=1,2',
+              # Too long for its staging folder's name.
+              'dt=' + 'x' * (partitions.MAX_CHARACTERS - 2)):
     with pytest.raises(ValueError):
       partitions.checked(bad)
 

@@ -202,8 +202,10 @@ def test_rerun_replaces_the_partition_whole(trained, tmp_path):
   output_dir = tmp_path / 'scores'
   score.run(score_args(first, model_dir, output_dir, '--partition=dt=1'))
   score.run(score_args(first, model_dir, output_dir, '--partition=dt=2'))
+  # Slashes around it name the same folder, and the manifest names it so.
   manifest = score.run(score_args(second, model_dir, output_dir,
-                                  '--partition=dt=1'))
+                                  '--partition=/dt=1/'))
+  assert manifest['partition'] == 'dt=1'
   table, files = read_partition(output_dir / 'dt=1')
   assert files == manifest['files']
   assert table.num_rows == 30

@@ -108,7 +108,7 @@ def manifest(args, settings: Settings, tally: records.Tally, result,
       'model_choice': {**settings.chosen.record(),
                        'blessing': settings.metadata.blessing},
       'label_names': settings.label_names,
-      'partition': args.partition,
+      'partition': settings.partition or None,
       'counts': {
           'read': tally.read,
           'scored': tally.total_written,
