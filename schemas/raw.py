@@ -41,6 +41,30 @@ KEPT = 'kept'
 # cannot swallow a review; the same pattern in RE2 (TF) and Python's re.
 HTML_TAG = r'<[^<>]{0,200}>'
 
+
+def has_surrogates(value: str) -> bool:
+  """Whether a string holds a lone surrogate, which no output can encode."""
+  # Most text is ASCII, which Python knows without a look at it; in the
+  # rest, the UTF-8 codec finds one faster than a regex search does
+  # (BENCHMARKS.md).
+  if value.isascii():
+    return False
+  try:
+    value.encode('utf-8')
+  except UnicodeEncodeError:
+    return True
+  return False
+
+
+def is_undecodable(text: str) -> bool:
+  """Whether a text holds what no real text does, whatever it decoded from:
+  a lone surrogate (a JSON \\ud800 escape, a byte invalid in the encoding)
+  or a NUL (binary data, or UTF-16 read as UTF-8). The readers reject such
+  a record (undecodable_text); the Python API and ``trainer.predict``
+  refuse such a text: every way in classifies the same texts."""
+  return '\x00' in text or has_surrogates(text)
+
+
 # Inputs of the transform graph. The id and the text also pass through it so
 # that the trainer can evaluate the exported raw-text model on the held-out
 # splits.

@@ -45,21 +45,23 @@ def predict(model_dir, *texts, stdin=b'', encoding='utf-8', json_lines=True):
 
 def test_each_input_line_gets_its_output_line(model_dir):
   """A blank line is answered by an empty one (null in JSON), a line that
-  is not UTF-8 the same way with a warning, and exit 3 says some text was
-  not classified; the output lines still pair with the input's."""
+  is not UTF-8 or holds a NUL the same way with a warning, and exit 3 says
+  some text was not classified; the output lines still pair with the
+  input's."""
   status, out, err = predict(
       model_dir, stdin=b'superb film\r\n\xff\xfe bad bytes\r\n\r\n \t \n'
-      b'caf\xc3\xa9 dull\nno line end')
+      b'caf\xc3\xa9 dull\nbinary\x00data\nno line end')
   printed = [json.loads(line) for line in out]
   assert [p['text'] for p in printed] == [
       'superb film', '\\xff\\xfe bad bytes', '', ' \t ', 'café dull',
-      'no line end']
+      'binary\x00data', 'no line end']
   assert [p['label'] for p in printed] == ['pós', None, None, None, 'pós',
-                                           'pós']
+                                           None, 'pós']
   assert [line for line in err if line.startswith('warning:')] == [
-      'warning: line 2 is not UTF-8 text, not classified']
-  assert err[-1] == ('error: 1 of the 6 texts given were not UTF-8 and not '
-                     'classified (see the warnings); the others were')
+      'warning: line 2 is not UTF-8 text, not classified',
+      'warning: line 6 holds a NUL byte, not text, not classified']
+  assert err[-1] == ('error: 2 of the 7 texts given were not UTF-8 text and '
+                     'not classified (see the warnings); the others were')
   assert status == cli.EXIT_INCOMPLETE_INPUT
   status, out, err = predict(model_dir, stdin=b'superb\n\ndull\n',
                              json_lines=False)

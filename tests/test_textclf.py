@@ -79,6 +79,13 @@ def test_wrong_inputs_are_refused_with_what_is_wrong(trained):
     classifier.predict('one text')
   with pytest.raises(TypeError, match='text 1 is a float'):
     classifier.predict(['a film', float('nan')])
+  # What the scoring job rejects as undecodable_text is no text here either.
+  for no_text in ('a\x00film', 'a \ud800 film'):
+    with pytest.raises(ValueError, match='text 1 is not text: it holds a NUL '
+                       'or a lone surrogate'):
+      classifier.predict(['a film', no_text])
+  with pytest.raises(ValueError, match=r'text 0 .* \(2 do\)'):
+    classifier.mistakes(['\x00', '\x00'], [classifier.labels[0]] * 2)
   with pytest.raises(ValueError, match='2 texts but 1 labels'):
     classifier.mistakes(['a', 'b'], [classifier.labels[0]])
   with pytest.raises(ValueError, match=r"does not know: \['positive'\]"):

@@ -19,6 +19,7 @@ from cli import quiet  # pylint: disable=unused-import,g-bad-import-order
 import numbers
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from schemas import raw
 from schemas import scored
 from schemas.metadata import ExportMetadata
 from serving import exports
@@ -137,7 +138,9 @@ def _check_whole(name: str, value, minimum: int) -> None:
 def _checked_texts(texts: Iterable[str]) -> List[str]:
   """The texts as a list; a TypeError for a lone string (its characters
   would be classified) and for any text that is not a string (a missing
-  value of a DataFrame's column, NaN, say)."""
+  value of a DataFrame's column, NaN, say); a ValueError for a string that
+  is no text (a NUL, a lone surrogate: ``raw.is_undecodable``), which the
+  scoring job would reject rather than score."""
   if isinstance(texts, (str, bytes)):
     raise TypeError('texts must be a list (or any iterable) of strings, '
                     'not one string')
@@ -148,4 +151,10 @@ def _checked_texts(texts: Iterable[str]) -> List[str]:
     raise TypeError(f'texts must be strings; text {wrong[0][0]} is a '
                     f'{wrong[0][1]}' + (f' ({len(wrong)} are not)'
                                         if len(wrong) > 1 else ''))
+  undecodable = [index for index, text in enumerate(texts)
+                 if raw.is_undecodable(text)]
+  if undecodable:
+    raise ValueError(f'text {undecodable[0]} is not text: it holds a NUL or '
+                     'a lone surrogate' + (f' ({len(undecodable)} do)'
+                                           if len(undecodable) > 1 else ''))
   return texts

@@ -13,9 +13,10 @@ Texts are read as bytes (standard input's lines without their ``\\n`` or
 ``\\r\\n``; the arguments as the command line gave them). A blank text
 has nothing to classify: its line is empty (``--json``: its object has
 ``label``, ``confidence`` and ``probabilities`` null), so that output line
-N still answers input line N. A text that is not UTF-8 gets the same line
-and a warning on standard error with its number. Exit status 0 when every
-text that was not blank was classified, 3 when some were not UTF-8, 2 when
+N still answers input line N. A text that is not UTF-8, or holds a NUL
+byte (binary data: the scoring job rejects it), gets the same line and a
+warning on standard error with its number. Exit status 0 when every
+text that was not blank was classified, 3 when some were not text, 2 when
 nothing could be classified.
 """
 # First, before TensorFlow loads: no CUDA noise on a machine without a GPU.
@@ -27,6 +28,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import cli
 from cli import flags
+from schemas import raw
 from serving import exports
 from serving import predictions
 # The rows it prints, still importable from here as before.
@@ -57,16 +59,20 @@ def _without_line_end(line: bytes) -> bytes:
 
 
 def decoded(name: str, data: bytes) -> Tuple[Optional[str], bool]:
-  """(the text, whether it was UTF-8): None for a text that is not UTF-8,
-  with a warning (classified with replacement characters, its prediction
-  would be of another text)."""
+  """(the text, whether it was UTF-8 text): None for one that is not UTF-8
+  (classified with replacement characters, its prediction would be of
+  another text) or holds a NUL (``raw.is_undecodable``: binary data, which
+  the scoring job rejects), with a warning."""
   try:
     text = data.decode('utf-8')
   except UnicodeDecodeError:
-    print(f'warning: {name} is not UTF-8 text, not classified',
-          file=sys.stderr)
-    return None, False
-  return text, True
+    wrong = 'is not UTF-8 text'
+  else:
+    if not raw.is_undecodable(text):
+      return text, True
+    wrong = 'holds a NUL byte, not text'
+  print(f'warning: {name} {wrong}, not classified', file=sys.stderr)
+  return None, False
 
 
 def _unclassified(data: bytes) -> Dict:
@@ -165,7 +171,7 @@ def run(argv=None):
                        'classified (see the warnings)')
   if not_utf8:
     raise cli.IncompleteInput(
-        f'{not_utf8} of the {given} texts given were not UTF-8 and not '
+        f'{not_utf8} of the {given} texts given were not UTF-8 text and not '
         'classified (see the warnings); the others were')
 
 

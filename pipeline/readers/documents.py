@@ -60,13 +60,13 @@ def _document(path: str, content: bytes, config: config_lib.ReadConfig,
     except UnicodeDecodeError:
       return rows.rejection(path, path, rejected.UNDECODABLE_TEXT, content)
   text = text.removeprefix(_BOM)
-  if rows.is_undecodable(text):
+  if raw.is_undecodable(text):
     return rows.rejection(path, path, rejected.UNDECODABLE_TEXT, content)
   record = {raw.ID: path, raw.SOURCE: path, raw.TEXT: text,
             raw.LABEL: rows.label_of(
                 posixpath.basename(posixpath.dirname(path)) or None),
             raw.SPLIT: _split_from_path(path)}
   if config.group_field:  # a header of an email (--group_field=From)
-    record[raw.GROUP] = None if group is None or rows.has_surrogates(
+    record[raw.GROUP] = None if group is None or raw.has_surrogates(
         group) else group
   return record

@@ -41,31 +41,10 @@ def guarded(record_id: str, source: str, payload: Any,
     return rejection(record_id, source, rejected.MALFORMED_RECORD, payload)
 
 
-def has_surrogates(value: str) -> bool:
-  """Whether a string holds a lone surrogate, which no output can encode."""
-  # Most text is ASCII, which Python knows without a look at it; in the
-  # rest, the UTF-8 codec finds one faster than a regex search does
-  # (BENCHMARKS.md, issue 21).
-  if value.isascii():
-    return False
-  try:
-    value.encode('utf-8')
-  except UnicodeEncodeError:
-    return True
-  return False
-
-
-def is_undecodable(text: str) -> bool:
-  """Whether a text holds what no real text does, whatever it decoded from:
-  a lone surrogate (a JSON \\ud800 escape, a byte invalid in the encoding)
-  or a NUL (binary data, or UTF-16 read as UTF-8)."""
-  return '\x00' in text or has_surrogates(text)
-
-
 def _holds_surrogates(value: Any) -> bool:
   """Whether a field value, however nested, holds a lone surrogate."""
   if isinstance(value, str):
-    return has_surrogates(value)
+    return raw.has_surrogates(value)
   if isinstance(value, dict):
     return any(map(_holds_surrogates, value.items()))
   if isinstance(value, (list, tuple)):
@@ -100,7 +79,7 @@ def _id_text(value: Any) -> Optional[str]:
   if isinstance(value, bytes):
     value = value.decode('utf-8', 'replace')
   if isinstance(value, str):
-    return value if value and not has_surrogates(value) else None
+    return value if value and not raw.has_surrogates(value) else None
   if isinstance(value, float) and not math.isfinite(value):
     return None
   if isinstance(value, (bool, int, float)):
@@ -148,7 +127,8 @@ def _record(fields: Dict[str, Any], config: config_lib.ReadConfig,
   split = fields.get(config.split_field) if config.split_field else None
   kept = {name: fields.get(name) for name in config.keep_fields}
   given_id = fields.get(config.id_field) if config.id_field else None
-  if is_undecodable(text) or _holds_surrogates((given_id, label, split, kept)):
+  if raw.is_undecodable(text) or _holds_surrogates(
+      (given_id, label, split, kept)):
     return rejection(record_id, source, rejected.UNDECODABLE_TEXT, payload)
   record = {raw.ID: record_id, raw.SOURCE: source, raw.TEXT: text,
             raw.LABEL: label_of(label), raw.SPLIT: _optional_str(split)}

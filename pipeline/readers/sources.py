@@ -133,7 +133,7 @@ class LineSource(_RecordSource):
 
 def parse_text_line(text: str, default_id, source, config) -> Dict:
   del config  # every line is all text
-  if rows.is_undecodable(text):
+  if raw.is_undecodable(text):
     return rows.rejection(default_id, source, rejected.UNDECODABLE_TEXT, text)
   return {raw.ID: default_id, raw.SOURCE: source, raw.TEXT: text,
           raw.LABEL: None, raw.SPLIT: None}
@@ -234,7 +234,7 @@ class CsvSource(_RecordSource):
     if len(row) != len(columns):
       return rows.rejection(default_id, file_name, rejected.MALFORMED_RECORD,
                             payload)
-    if any(rows.has_surrogates(value) for value in row):
+    if any(raw.has_surrogates(value) for value in row):
       # Bytes invalid in the encoding, in any column.
       return rows.rejection(default_id, file_name, rejected.UNDECODABLE_TEXT,
                             payload)
