@@ -18,6 +18,7 @@ import time
 import pytest
 
 import cli
+from pipeline.preprocessing import splits
 from schemas import raw
 from schemas import serving
 from schemas import transformed
@@ -194,12 +195,27 @@ def test_a_corpus_without_a_shared_ngram_fails_the_default_model(tmp_path):
   assert not (tmp_path / 'model' / serving.EXPORT_DIR).exists()
 
 
+def _copies_of_two_texts_hashed_to_train(validation_fraction):
+  """Ten copies of each of two texts that both hash to train: a share
+  given to validation, but dealt by a hash of the text, reaches none."""
+  rows = [{**row, 'text': f"{row['label']} {row['label']}"}
+          for row in synthetic_reviews(20, 0)]
+  assert {splits.hash_split(row['text'], 0, validation_fraction)
+          for row in rows} == {raw.TRAIN}
+  return rows + synthetic_reviews(8, 1)
+
+
 @pytest.mark.parametrize('make_rows, validation_fraction, message', [
     (lambda: [row for row in synthetic_reviews(20, 0) + synthetic_reviews(
         8, 1) if row['label'] == 'pos'], 0.5, 'at least two classes'),
     (lambda: synthetic_reviews(20, 0), 0.5, 'the test split is empty'),
     (lambda: synthetic_reviews(20, 0) + synthetic_reviews(8, 1), 0,
-     'the validation split is empty'),
+     'the validation split is empty.*preprocess with --validation_fraction '
+     '> 0'),
+    (lambda: _copies_of_two_texts_hashed_to_train(0.2), 0.2,
+     r'the validation split is empty.*--validation_fraction=0\.2 of the '
+     'records the data names train or does not name, dealt by a hash of '
+     r'each text \(or group\), and they held too few distinct texts'),
 ])
 def test_untrainable_data_is_a_job_error_before_training(
     tmp_path, make_rows, validation_fraction, message):

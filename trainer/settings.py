@@ -199,15 +199,13 @@ def check_trainable(data: data_lib.PreprocessedData,
     raise cli.JobError(
         f'{data.data_dir} has the classes {data.label_names}: a classifier '
         'needs at least two classes in the train split')
-  needs = {raw.VALIDATION: ('to choose the epoch and the calibration',
-                            '--validation_fraction'),
-           raw.TEST: ('to measure the model on', '--test_fraction')}
-  for split, (purpose, flag) in needs.items():
+  needs = {raw.VALIDATION: 'to choose the epoch and the calibration',
+           raw.TEST: 'to measure the model on'}
+  for split, purpose in needs.items():
     if not data.num_examples(split):
       raise cli.JobError(
           f'{data.data_dir}: the {split} split is empty, and the trainer '
-          f'needs it {purpose}; preprocess with {flag} > 0 or with {split} '
-          'records in the data')
+          f'needs it {purpose}; {_how_to_fill(data, split)}')
   if data.num_examples(raw.TRAIN) < batch_size:
     # Training batches are all full (drop_remainder): not one would run.
     raise cli.JobError(
@@ -215,6 +213,24 @@ def check_trainable(data: data_lib.PreprocessedData,
         f'{data.num_examples(raw.TRAIN)} examples of the train split of '
         f'{data.data_dir}, and every training batch is full: use a '
         '--batch_size at most that')
+
+
+def _how_to_fill(data: data_lib.PreprocessedData, split: str) -> str:
+  """What would have put records into an empty ``split``: a share where it
+  was 0; where it was not, more distinct texts, since the share is dealt by
+  a hash of each text (or group), so that many copies of a few texts may
+  all land elsewhere."""
+  flag = f'--{split}_fraction'
+  fraction = data.params.get(f'{split}_fraction') or 0
+  if not fraction:
+    return f'preprocess with {flag} > 0 or with {split} records in the data'
+  dealt_from = ('records whose split the data does not name' if
+                split == raw.TEST else 'records the data names train or '
+                'does not name')
+  return (f'preprocessing gave it {flag}={fraction} of the {dealt_from}, '
+          'dealt by a hash of each text (or group), and they held too few '
+          'distinct texts (or groups) for any to land there: preprocess more '
+          f'distinct records, or {split} records the data names')
 
 
 def default_epochs(train_examples: int, batch_size: int) -> int:
