@@ -255,8 +255,20 @@ def _configure_logging(verbose: bool) -> None:
     handler.addFilter(_WithoutTracebacks())
 
 
+# What TensorFlow wraps an op's message in, for its own debugging: the
+# function that ran it and the op's name. An error line quotes the message.
+_TF_DECORATION = re.compile(
+    r'\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\](?: name: *[^\s)]*)?')
+
+
 def _outcome(error: BaseException):
   """(exit status, the error line's message) of what ended a run."""
+  status, message = _status_and_message(error)
+  return status, _TF_DECORATION.sub('', message)
+
+
+def _status_and_message(error: BaseException):
+  """``_outcome``, with the message as it was raised."""
   if _STOPPED_BY or isinstance(error, Stopped):
     signum = _STOPPED_BY[0] if _STOPPED_BY else error.signum
     return 128 + signum, (f'stopped by {signal.Signals(signum).name}; '
