@@ -89,10 +89,17 @@ def check_record(record: Dict, max_text_bytes: int,
 
 
 def dead_letter(record: Dict, reason: str) -> Dict:
-  """The dead-letter form of any record, good or bad."""
+  """The dead-letter form of any record, good or bad: its snippet the raw
+  record's start where it could not be read, else its text's, after its
+  label where the reason is about the label (a newline or a tab in it
+  shown as one, not as what it does)."""
   snippet = record.get(raw.SNIPPET)
   if snippet is None:
-    snippet = (record.get(raw.TEXT) or '')[:rejected.SNIPPET_CHARS]
+    snippet = record.get(raw.TEXT) or ''
+    if reason in rejected.ABOUT_THE_LABEL:
+      label = json.dumps(record.get(raw.LABEL), ensure_ascii=False)
+      snippet = f'label {label}: {snippet}'
+    snippet = snippet[:rejected.SNIPPET_CHARS]
   return {rejected.ID: record.get(raw.ID), rejected.SOURCE: record.get(
       raw.SOURCE), rejected.REASON: reason, rejected.SNIPPET: snippet}
 

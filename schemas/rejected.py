@@ -32,6 +32,9 @@ UNKNOWN_SPLIT = 'unknown_split'          # a split value we cannot map
 MISSING_SPLIT = 'missing_split'          # --split_field given, value absent
 LABEL_NOT_IN_TRAIN = 'label_not_in_train'  # eval label the model cannot know
 INFERENCE_FAILED = 'inference_failed'    # the model raised on its batch
+# Reasons that are about a record's label, not its text: their dead letters'
+# snippets show the label, escaped, before the text.
+ABOUT_THE_LABEL = (MISSING_LABEL, BAD_LABEL, LABEL_NOT_IN_TRAIN)
 # A file that cannot be read to its end (a truncated or corrupt compressed
 # stream, an unreadable Parquet footer or row group, TFRecord framing that
 # cannot be resynchronised): one dead letter covers all that is lost, its id

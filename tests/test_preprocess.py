@@ -130,6 +130,11 @@ def test_counts_reconcile_and_every_bad_row_is_a_dead_letter(small_job):
   for record_id, (row, reason) in BAD_ROWS.items():
     assert by_id[record_id]['reason'] == reason
     assert by_id[record_id]['source'].endswith('a.jsonl')
+  # A letter about the label shows it, escaped: 'x\ny' read as "x\ny".
+  assert by_id['newlinelabel']['snippet'] == 'label "x\\ny": words'
+  assert by_id['newlabel']['snippet'] == 'label "meh": words'
+  assert by_id['nolabel']['snippet'] == 'label null: words'
+  assert by_id['empty']['snippet'] == ''
   assert len(by_id['giant']['snippet']) == rejected.SNIPPET_CHARS
   assert set(dead[0]) == set(rejected.FIELDS)
   on_disk = json.loads((output / transformed.STATS_FILE).read_text())
