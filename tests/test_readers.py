@@ -74,19 +74,25 @@ def test_csv_header_quoted_newlines_and_bad_rows(tmp_path):
       b'label,text\n'
       b'ham,"plain"\n'
       b'spam,"two\nlines, and ""quotes"""\n'
-      b'ham,too,many\n'
+      b'ham,too,"many, and ""more"""\r\n'
       b'ham,"caf\xe9"\n'
+      b'spam,"a ""stray"" quote" here\n'
       b'spam,last\n')
-  records = read(path, id_field=None)
+  records = sorted(read(path, id_field=None),
+                   key=lambda r: int(r[raw.ID].rsplit(':', 1)[1]))
   assert [(r.get(raw.REASON) or r[raw.TEXT], r[raw.LABEL] if not r.get(
-      raw.REASON) else None) for r in sorted(
-          records, key=lambda r: int(r[raw.ID].rsplit(':', 1)[1]))] == [
-              ('plain', 'ham'),
-              ('two\nlines, and "quotes"', 'spam'),
-              (rejected.MALFORMED_RECORD, None),
-              (rejected.UNDECODABLE_TEXT, None),
-              ('last', 'spam'),
-          ]
+      raw.REASON) else None) for r in records] == [
+          ('plain', 'ham'),
+          ('two\nlines, and "quotes"', 'spam'),
+          (rejected.MALFORMED_RECORD, None),
+          (rejected.UNDECODABLE_TEXT, None),
+          (rejected.MALFORMED_RECORD, None),
+          ('last', 'spam'),
+      ]
+  # A dead letter shows the record as the file has it, quotes and all.
+  assert [r[raw.SNIPPET] for r in records if r.get(raw.REASON)] == [
+      'ham,too,"many, and ""more"""', 'ham,"caf\ufffd"',
+      '\',\' expected after \'"\': spam,"a ""stray"" quote" here']
 
 
 def test_tsv_without_header_and_splittable_csv(tmp_path):

@@ -28,6 +28,9 @@ class Record(NamedTuple):
   row: Optional[List[str]]
   reason: Optional[str] = None
   detail: str = ''
+  # The row's record as the file has it (its quotes kept, without its last
+  # line end): what a dead letter of it shows.
+  text: str = ''
 
 
 class _QuoteScan:
@@ -114,6 +117,14 @@ class _Feed:
     self.record_lines.append(line)
     return line
 
+  def record_text(self) -> str:
+    """The record's lines, without the last one's line end."""
+    text = ''.join(self.record_lines)
+    for end in ('\r\n', '\n', '\r'):
+      if text.endswith(end):
+        return text[:-len(end)]
+    return text
+
   def ends_in_quotes(self, delimiter: str) -> bool:
     """Whether the pieces ended inside a quoted field of the record."""
     scan = _QuoteScan(delimiter)
@@ -182,6 +193,6 @@ def records(line_pieces: Iterator[lines.Piece], encoding: lines.TextEncoding,
       raise feed.unterminated(''.join(feed.record_lines)[:_SNIPPET_CHARS])
     elif isinstance(row, csv.Error):
       yield Record(feed.record_start, None, rejected.MALFORMED_RECORD,
-                   str(row))
+                   f'{row}: {feed.record_text()}')
     else:
-      yield Record(feed.record_start, row)
+      yield Record(feed.record_start, row, text=feed.record_text())

@@ -225,12 +225,11 @@ class CsvSource(_RecordSource):
         yield rows.rejection(default_id, file_name, record.reason,
                              record.detail)
       elif record.offset != header_offset and record.row:
-        yield rows.guarded(default_id, file_name,
-                           self._delimiter.join(record.row), self._record,
-                           record.row, columns, default_id, file_name)
+        yield rows.guarded(default_id, file_name, record.text, self._record,
+                           record.row, record.text, columns, default_id,
+                           file_name)
 
-  def _record(self, row, columns, default_id, file_name) -> Dict:
-    payload = self._delimiter.join(row)
+  def _record(self, row, payload, columns, default_id, file_name) -> Dict:
     if len(row) != len(columns):
       return rows.rejection(default_id, file_name, rejected.MALFORMED_RECORD,
                             payload)
