@@ -18,7 +18,8 @@ import math
 import os
 import re
 import sys
-from typing import Callable, Iterable, List, NoReturn, Optional, Sequence
+from typing import (Callable, Iterable, List, NoReturn, Optional, Sequence,
+                    Tuple)
 
 EXIT_USAGE = 2
 
@@ -87,22 +88,41 @@ class Parser(argparse.ArgumentParser):
                       'failure.')
 
   def _read_args_from_files(self, arg_strings):
-    """argparse's @FILE expansion, refusing a file that includes itself
-    (directly or through another), which would recurse until Python
-    gives up."""
+    """argparse's @FILE expansion (a line an argument), each file read as
+    UTF-8 whatever the locale; a file that cannot be read, is not UTF-8 or
+    includes itself (directly or through another, which would recurse until
+    Python gives up) is a usage error."""
+    return [word for word, _ in self.words_and_files(arg_strings)]
+
+  def words_and_files(self, arg_strings) -> List[Tuple[str, Optional[str]]]:
+    """(word, the @FILE it came from, None for the command line) of each
+    argument, the @FILEs expanded."""
+    words = []
     for arg in arg_strings:
-      if arg and arg[0] in self.fromfile_prefix_chars:
-        if arg[1:] in self._reading:
-          self.error(f'{arg!r} includes itself (through '
-                     f'{" -> ".join(repr(f) for f in self._reading)})')
-        self._reading.append(arg[1:])
-        try:
-          expanded = super()._read_args_from_files([arg])
-        finally:
-          self._reading.pop()
-        arg_strings = [expanded if a is arg else a for a in arg_strings]
-    return [word for item in arg_strings
-            for word in (item if isinstance(item, list) else [item])]
+      if not (arg and self.fromfile_prefix_chars and
+              arg[0] in self.fromfile_prefix_chars):
+        words.append((arg, self._reading[-1] if self._reading else None))
+        continue
+      path = arg[1:]
+      if path in self._reading:
+        self.error(f'{arg!r} includes itself (through '
+                   f'{" -> ".join(repr(f) for f in self._reading)})')
+      try:
+        with open(path, encoding='utf-8') as handle:
+          lines = handle.read().splitlines()
+      except OSError as error:
+        self.error(str(error))
+      except UnicodeDecodeError as error:
+        self.error(f'{arg!r} is not UTF-8 text ({error.reason} at byte '
+                   f'{error.start})')
+      self._reading.append(path)
+      try:
+        words.extend(self.words_and_files(
+            [word for line in lines
+             for word in self.convert_arg_line_to_args(line)]))
+      finally:
+        self._reading.pop()
+    return words
 
   def error(self, message: str) -> NoReturn:
     print(f'error: {message} (see --help)', file=sys.stderr)
@@ -156,23 +176,41 @@ def _actions(parser: argparse.ArgumentParser) -> List[argparse.Action]:
 
 def given_twice(parser: Parser, argv: Sequence[str]) -> Optional[str]:
   """The error for a flag of ``parser`` that takes a value and is given
-  twice on the command line, which argparse would settle silently by
-  keeping the last (--input=a --input=b reads b alone). A flag given on the
-  command line and in an @FILE is no error: the command line overrides the
-  file, as in ``@configs/imdb_best/train.args --epochs=3``."""
+  twice, which argparse would settle silently by keeping the last
+  (--input=a --input=b reads b alone): twice on the command line, twice in
+  the @FILEs (in one, or in two), or on the command line before an @FILE
+  that gives it too. Only a flag on the command line after an @FILE that
+  gives it is no error: it overrides the file's, as in
+  ``@configs/imdb_best/train.args --epochs=3``."""
   valued = {option: action.dest for action in _actions(parser)
             if action.option_strings and action.nargs != 0
             for option in action.option_strings}
-  seen = set()
-  for word in argv:
+  given_in = {}  # dest -> the @FILE that gave it, None: the command line
+  for word, source in parser.words_and_files(argv):
     if word == '--':
       break
-    dest = valued.get(word.split('=', 1)[0])
-    if dest in seen:
-      return f'{word.split("=", 1)[0]} given twice: give it once'
-    if dest:
-      seen.add(dest)
+    name = word.split('=', 1)[0]
+    dest = valued.get(name)
+    if not dest:
+      continue
+    if dest in given_in and not (source is None and
+                                 given_in[dest] is not None):
+      return _twice(name, given_in[dest], source)
+    given_in[dest] = source
   return None
+
+
+def _twice(name: str, first: Optional[str], second: Optional[str]) -> str:
+  """The error for flag ``name`` given in ``first``, then in ``second``
+  (@FILEs; None: the command line)."""
+  if first is None and second is None:
+    return f'{name} given twice: give it once'
+  if first is None:
+    return (f'{name} given on the command line, then in {second!r}: give it '
+            'once, or after the @FILE to override the file\'s')
+  where = (f'twice in {first!r}' if first == second else
+           f'in {first!r} and in {second!r}')
+  return f'{name} given {where}: give it once'
 
 
 @contextlib.contextmanager

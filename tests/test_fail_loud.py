@@ -78,8 +78,9 @@ def test_a_misspelt_required_flag_is_named_with_the_closest(
 @pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
 def test_a_flag_given_twice_ends_every_entry_point(module, tmp_path,
                                                    monkeypatch, capsys):
-  """Given twice on the command line, a flag is an error, not its last
-  value; after an @FILE it overrides the file's."""
+  """Given twice, on the command line or in @FILEs, a flag is an error,
+  not its last value; on the command line after an @FILE it overrides the
+  file's (tests/test_configs.py)."""
   required, _, _ = ENTRY_POINTS[module]
   flag = required[-1].split('=')[0]
   run = importlib.import_module(module).run
@@ -96,6 +97,27 @@ def test_a_flag_given_twice_ends_every_entry_point(module, tmp_path,
                                    f'@{looping}')
   assert status == cli.EXIT_JOB_ERROR
   assert 'includes itself' in stderr.splitlines()[-1]
+  # Twice in the @FILEs, or before an @FILE that gives it too: an error.
+  first, second = tmp_path / 'a.args', tmp_path / 'b.args'
+  first.write_text(f'{flag}=a\n')
+  second.write_text(f'{flag}=b\n')
+  for words, where in (
+      ([f'@{first}', f'@{second}'], f"in '{first}' and in '{second}'"),
+      ([f'@{first}', f'@{first}'], f"twice in '{first}'"),
+      ([f'{flag}=c', f'@{first}'], f"on the command line, then in '{first}'")):
+    status, stderr = main_in_process(monkeypatch, capsys, run,
+                                     *required[:-1], *words)
+    assert status == cli.EXIT_JOB_ERROR
+    assert stderr.splitlines()[-1].startswith(f'error: {flag} given {where}')
+  # An @FILE that is not UTF-8 is a usage error too, not a crash.
+  latin1 = tmp_path / 'latin1.args'
+  latin1.write_bytes(f'{flag}=caf\xe9\n'.encode('latin-1'))
+  status, stderr = main_in_process(monkeypatch, capsys, run, *required[:-1],
+                                   f'@{latin1}')
+  assert status == cli.EXIT_JOB_ERROR
+  assert stderr.splitlines() == [
+      f"error: '@{latin1}' is not UTF-8 text (invalid continuation byte at "
+      f'byte {len(flag) + 4}) (see --help)']
 
 
 def test_beam_options_pass_and_bad_ones_are_refused():
