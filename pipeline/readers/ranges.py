@@ -28,6 +28,9 @@ class FileRange(NamedTuple):
   start: int = 0
   stop: float = OFFSET_INFINITY
   problem: Optional[str] = None
+  # The file's size when it was matched: the ranges are planned on it, and
+  # a file that ends short of it lost records while it was read.
+  size: Optional[int] = None
 
 
 def split(entry: matching.Entry, splittable: bool, compression: str,
@@ -45,17 +48,18 @@ def split(entry: matching.Entry, splittable: bool, compression: str,
     compression = CompressionTypes.detect_compression_type(entry.path)
   if splittable and compression == CompressionTypes.UNCOMPRESSED:
     for part in OffsetRange(0, entry.size).split(desired_bytes):
-      yield FileRange(entry.path, part.start, part.stop)
+      yield FileRange(entry.path, part.start, part.stop, size=entry.size)
   else:
-    yield FileRange(entry.path)
+    yield FileRange(entry.path, size=entry.size)
 
 
 def read(file_range: FileRange,
-         source_from_file: Callable[[str], filebasedsource.FileBasedSource]
+         source_from_file: Callable[[str, Optional[int]],
+                                    filebasedsource.FileBasedSource]
          ) -> Iterator[Dict]:
   """The records of a range, read by the source ``source_from_file`` makes
-  for its path; an unreadable_file dead letter for a path that is no
-  regular file."""
+  for its path and size when matched; an unreadable_file dead letter for a
+  path that is no regular file."""
   path = file_range.path
   if file_range.problem:
     yield rows.rejection(path, path, rejected.UNREADABLE_FILE,
@@ -65,4 +69,5 @@ def read(file_range: FileRange,
                                               file_range.stop)
   if file_range.stop == OFFSET_INFINITY:
     tracker = range_trackers.UnsplittableRangeTracker(tracker)
-  yield from source_from_file(path).read_records(path, tracker)
+  yield from source_from_file(path, file_range.size).read_records(path,
+                                                                 tracker)

@@ -40,5 +40,5 @@ def _records(entry: matching.Entry, config: config_lib.ReadConfig):
   if config.format in ('files', 'email'):
     yield documents.read_document(entry.path, config, config.format == 'email')
   elif entry.size:  # the pipeline reads no empty file either
-    yield from ranges.read(ranges.FileRange(entry.path),
+    yield from ranges.read(ranges.FileRange(entry.path, size=entry.size),
                            sources.source_factory(config.format, config))

@@ -12,7 +12,7 @@ import csv
 import json
 import math
 import os
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
@@ -43,6 +43,8 @@ class _RecordSource(filebasedsource.FileBasedSource):
     super().__init__(file_pattern, compression_type=compression_type,
                      splittable=splittable, validate=False)
     self._config = config
+    # The file's size when it was matched, where known (``source_factory``).
+    self._listed_size: Optional[int] = None
 
   def read_records(self, file_name, range_tracker):
     """The records of one byte range of a file, and one dead letter for
@@ -70,7 +72,8 @@ class _RecordSource(filebasedsource.FileBasedSource):
     raise NotImplementedError
 
   def _chunks(self, file_name: str, start: int = 0) -> Iterator[bytes]:
-    return streams.chunks(file_name, self._compression_type, start)
+    return streams.chunks(file_name, self._compression_type, start,
+                          self._listed_size)
 
   def _text_encoding(self, file_name: str) -> lines.TextEncoding:
     def head() -> bytes:
@@ -388,17 +391,26 @@ class TFRecordSource(_RecordSource):
 
 
 def source_factory(fmt: str, config: config_lib.ReadConfig):
-  """A function from a file path to the source that reads it as ``fmt``."""
+  """A function from a file path, and its size when it was matched (None:
+  unknown), to the source that reads it as ``fmt``."""
   if fmt == 'jsonl':
-    return lambda path: LineSource(path, config, parse_json_line)
-  if fmt == 'text':
-    return lambda path: LineSource(path, config, parse_text_line)
-  if fmt in ('csv', 'tsv'):
-    delimiter = config.csv_delimiter or (',' if fmt == 'csv' else '\t')
-    return lambda path: CsvSource(path, config, codecs.decode(
-        delimiter, 'unicode_escape'))
-  if fmt == 'parquet':
-    return lambda path: ParquetSource(path, config)
-  if fmt == 'tfrecord':
-    return lambda path: TFRecordSource(path, config)
-  raise config_lib.ReaderError(f'unknown format {fmt!r}')
+    make = lambda path: LineSource(path, config, parse_json_line)
+  elif fmt == 'text':
+    make = lambda path: LineSource(path, config, parse_text_line)
+  elif fmt in ('csv', 'tsv'):
+    delimiter = codecs.decode(
+        config.csv_delimiter or (',' if fmt == 'csv' else '\t'),
+        'unicode_escape')
+    make = lambda path: CsvSource(path, config, delimiter)
+  elif fmt == 'parquet':
+    make = lambda path: ParquetSource(path, config)
+  elif fmt == 'tfrecord':
+    make = lambda path: TFRecordSource(path, config)
+  else:
+    raise config_lib.ReaderError(f'unknown format {fmt!r}')
+
+  def source_from_file(path: str, listed_size: Optional[int] = None):
+    source = make(path)
+    source._listed_size = listed_size  # pylint: disable=protected-access
+    return source
+  return source_from_file

@@ -7,7 +7,7 @@ the records read before the fault and report the rest as one dead letter.
 """
 import bz2
 import lzma
-from typing import Iterator
+from typing import Iterator, Optional
 import zlib
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -51,11 +51,15 @@ def _decompressor(compression: str):
   raise ValueError(f'unknown compression {compression!r}')
 
 
-def chunks(path: str, compression: str, start: int = 0) -> Iterator[bytes]:
+def chunks(path: str, compression: str, start: int = 0,
+           listed_size: Optional[int] = None) -> Iterator[bytes]:
   """The bytes of ``path`` from ``start`` on, decompressed, in chunks.
 
   ``compression`` is a CompressionTypes value; AUTO goes by the extension. A
-  compressed file can only be read from its start. Raises CorruptFile.
+  compressed file can only be read from its start. ``listed_size`` is the
+  file's size when the job matched it, which its ranges were planned on: a
+  file that ends short of it shrank while the job read it, and what it lost
+  cannot be named record by record. Raises CorruptFile.
   """
   if compression == CompressionTypes.AUTO:
     compression = CompressionTypes.detect_compression_type(path)
@@ -63,16 +67,31 @@ def chunks(path: str, compression: str, start: int = 0) -> Iterator[bytes]:
                         CompressionTypes.UNCOMPRESSED) as handle:
     if compression == CompressionTypes.UNCOMPRESSED:
       handle.seek(start)
+      position = start
       while chunk := handle.read(_READ_BYTES):
+        position += len(chunk)
         yield chunk
+      _check_not_shrunk(position, position, listed_size)
       return
     if start:
       raise ValueError(f'{path} is compressed: it cannot be read from {start}')
-    yield from _decompressed(handle, compression)
+    yield from _decompressed(handle, compression, listed_size)
 
 
-def _decompressed(handle, compression: str) -> Iterator[bytes]:
-  """A compressed stream's data, checked to its end marker."""
+def _check_not_shrunk(position: int, end: int,
+                      listed_size: Optional[int]) -> None:
+  """CorruptFile, lost from ``position`` on, where a file ended at byte
+  ``end``, short of the ``listed_size`` it had when it was matched."""
+  if listed_size is not None and end < listed_size:
+    raise CorruptFile(position, (
+        f'the file ends at byte {end}, short of the {listed_size} bytes it '
+        'held when the job matched it: it shrank while it was read'))
+
+
+def _decompressed(handle, compression: str,
+                  listed_size: Optional[int]) -> Iterator[bytes]:
+  """A compressed stream's data, checked to its end marker and to the
+  file's size when it was matched."""
   decompressor = _decompressor(compression)
   read = produced = 0
   pending = b''
@@ -84,6 +103,7 @@ def _decompressed(handle, compression: str) -> Iterator[bytes]:
           raise CorruptFile(produced, (
               f'the {compression} data stops at byte {read}, the end of the '
               'file, before the end of its stream: the file is truncated'))
+        _check_not_shrunk(produced, read, listed_size)
         return
       read += len(pending)
     if decompressor.eof:
