@@ -12,6 +12,8 @@ import pytest
 import tensorflow as tf
 
 from pipeline import readers
+from pipeline.readers import matching
+from pipeline.readers import ranges
 from pipeline.readers import sources
 from schemas import raw
 from schemas import rejected
@@ -93,6 +95,28 @@ def test_csv_header_quoted_newlines_and_bad_rows(tmp_path):
   assert [r[raw.SNIPPET] for r in records if r.get(raw.REASON)] == [
       'ham,too,"many, and ""more"""', 'ham,"caf\ufffd"',
       '\',\' expected after \'"\': spam,"a ""stray"" quote" here']
+
+
+@pytest.mark.parametrize('splittable', [False, True])
+def test_a_csv_header_naming_a_read_column_twice_is_an_unreadable_file(
+    tmp_path, splittable):
+  """A dict of the row would keep the last 'label' silently; a column the
+  job does not read may be named twice."""
+  path = tmp_path / 'twice.csv'
+  path.write_text('id,text,label,note,label,note\n' + ''.join(
+      f'{i},text {i},pos,n,other,n\n' for i in range(300)))
+  (entry,) = matching.entries(str(path))
+  parts = list(ranges.split(entry, splittable, 'auto', 1000))
+  assert len(parts) > 3 if splittable else len(parts) == 1
+  source_from_file = sources.source_factory('csv', readers.ReadConfig(
+      format='csv', csv_splittable=splittable))
+  read_parts = [record for part in parts
+                for record in ranges.read(part, source_from_file)]
+  # One letter, from the range at byte 0, however the file is split.
+  assert letters(read_parts) == [(str(path), rejected.UNREADABLE_FILE)]
+  assert "names the column 'label' twice" in read_parts[0][raw.SNIPPET]
+  path.write_text('id,text,label,note,note\n1,a text,pos,n,n\n')
+  assert summary(read(path)) == [('1', 'a text', 'pos')]
 
 
 def test_tsv_without_header_and_splittable_csv(tmp_path):

@@ -220,6 +220,12 @@ class CsvSource(_RecordSource):
     if columns is None:
       columns = self._header(file_name, encoding)
       header_offset = 0
+      twice = _read_twice(columns, config)
+      if twice:
+        if range_tracker.start_position():
+          return  # the range at byte 0 reports the file, once
+        raise ValueError(f'its header names the column {twice!r} twice: '
+                         'which one holds a record\'s value is unknown')
     for record in csv_records.records(
         self._lines(file_name, range_tracker, encoding), encoding,
         self._delimiter, config.max_record_bytes):
@@ -242,6 +248,19 @@ class CsvSource(_RecordSource):
                             payload)
     return rows.record_from_fields(dict(zip(columns, row)), self._config,
                                    default_id, file_name, payload)
+
+
+def _read_twice(columns, config: config_lib.ReadConfig) -> Optional[str]:
+  """A column the job reads that a CSV header names twice, if any: a dict
+  of the row would keep the last silently."""
+  read = {config.text_field, config.label_field, config.id_field,
+          config.split_field, config.group_field, *config.keep_fields}
+  seen = set()
+  for name in columns:
+    if name in seen and name in read:
+      return name
+    seen.add(name)
+  return None
 
 
 class ParquetSource(_RecordSource):
