@@ -119,6 +119,22 @@ def test_a_csv_header_naming_a_read_column_twice_is_an_unreadable_file(
   assert summary(read(path)) == [('1', 'a text', 'pos')]
 
 
+def test_a_parquet_file_gives_every_field_read_and_each_column_once(tmp_path):
+  path = tmp_path / 'grouped.parquet'
+  pq.write_table(pa.table({'text': ['a text', 'another'],
+                           'label': ['pos', 'neg'], 'movie': ['m1', 'm2']}),
+                 path)
+  assert [r[raw.GROUP] for r in read(path, group_field='movie')] == [
+      'm1', 'm2']
+  twice = tmp_path / 'twice.parquet'
+  pq.write_table(pa.Table.from_arrays(
+      [pa.array(['a text']), pa.array(['pos']), pa.array(['other'])],
+      names=['text', 'label', 'label']), twice)
+  (letter,) = read(twice)
+  assert letter[raw.REASON] == rejected.UNREADABLE_FILE
+  assert "schema names the column 'label' twice" in letter[raw.SNIPPET]
+
+
 def test_tsv_without_header_and_splittable_csv(tmp_path):
   tsv = tmp_path / 'data.tsv'
   tsv.write_text('1\tpos\thello there\n2\tneg\tgo away\n')

@@ -12,7 +12,7 @@ import csv
 import json
 import math
 import os
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional
 
 from apache_beam.io import filebasedsource
 from apache_beam.io.filesystem import CompressionTypes
@@ -220,12 +220,8 @@ class CsvSource(_RecordSource):
     if columns is None:
       columns = self._header(file_name, encoding)
       header_offset = 0
-      twice = _read_twice(columns, config)
-      if twice:
-        if range_tracker.start_position():
-          return  # the range at byte 0 reports the file, once
-        raise ValueError(f'its header names the column {twice!r} twice: '
-                         'which one holds a record\'s value is unknown')
+      if _named_twice(columns, config, range_tracker, 'header'):
+        return
     for record in csv_records.records(
         self._lines(file_name, range_tracker, encoding), encoding,
         self._delimiter, config.max_record_bytes):
@@ -250,17 +246,32 @@ class CsvSource(_RecordSource):
                                    default_id, file_name, payload)
 
 
-def _read_twice(columns, config: config_lib.ReadConfig) -> Optional[str]:
-  """A column the job reads that a CSV header names twice, if any: a dict
-  of the row would keep the last silently."""
-  read = {config.text_field, config.label_field, config.id_field,
-          config.split_field, config.group_field, *config.keep_fields}
-  seen = set()
+def _columns_read(config: config_lib.ReadConfig) -> List[str]:
+  """The fields of a record the job reads, each once: every column of a
+  table it needs."""
+  return list(dict.fromkeys(
+      name for name in (config.text_field, config.label_field,
+                        config.id_field, config.split_field,
+                        config.group_field, *config.keep_fields) if name))
+
+
+def _named_twice(columns, config: config_lib.ReadConfig, range_tracker,
+                 where: str) -> bool:
+  """Whether a file's ``columns`` name a column the job reads twice (a dict
+  of the row would keep the last silently): a ValueError, the file's
+  unreadable_file letter, from the range at byte 0; True in the others,
+  which read nothing, so that the file is reported once."""
+  read = set(_columns_read(config))
+  seen, twice = set(), None
   for name in columns:
     if name in seen and name in read:
-      return name
+      twice = name
+      break
     seen.add(name)
-  return None
+  if twice and not range_tracker.start_position():
+    raise ValueError(f'its {where} names the column {twice!r} twice: which '
+                     'one holds a record\'s value is unknown')
+  return twice is not None
 
 
 class ParquetSource(_RecordSource):
@@ -304,16 +315,15 @@ class ParquetSource(_RecordSource):
 
   def _read(self, file_name, range_tracker):
     config = self._config
-    wanted = list(dict.fromkeys(
-        name for name in (config.text_field, config.label_field,
-                          config.id_field, config.split_field,
-                          *config.keep_fields) if name))
+    wanted = _columns_read(config)
     with self.open_file(file_name) as handle:
       parquet = self._open(handle, range_tracker)
       if parquet is None:
         return
       metadata = parquet.metadata
       names = parquet.schema_arrow.names
+      if _named_twice(names, config, range_tracker, 'schema'):
+        return
       columns = [c for c in wanted if c in names]
       first_row = 0
       for index in range(metadata.num_row_groups):
