@@ -260,11 +260,18 @@ def run(argv=None):
       raise cli.JobError(
           f'no record reached the train split ({tally.rejected} of '
           f'{tally.read} rejected: {tally.rejected_by_reason})')
+    grouped_by = settings.grouping.describe()
+    if grouped_by and tally.ungrouped and not sum(tally.groups.values()):
+      # Every record split by its text, as if the flag were not given.
+      raise cli.JobError(
+          f'{grouped_by} gave none of the {tally.ungrouped} records it was '
+          'to split a group (an empty or missing field, an id the pattern '
+          'does not match): check the field or the pattern')
     rejections.check_budget(tally, settings.max_rejected_fraction,
                             settings.input, settings.read_config, output)
     splits.check_label_columns(tally.labels.get(raw.TRAIN, {}))
     stats = stats_lib.summarize(tally, staging, settings.params.max_len,
-                                settings.grouping.describe())
+                                grouped_by)
     if stats_lib.token_vocabulary_is_empty(staging):
       raise cli.JobError(
           f'the token vocabulary is empty: no token of the train split is '

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+import cli
 from pipeline import datasets
 from pipeline import preprocess
 from pipeline.preprocessing import settings as settings_lib
@@ -81,6 +82,22 @@ def test_the_records_of_a_group_share_their_split(tmp_path, flags):
   assert sum(made['groups'].values()) == len(hashed)
   assert made['chosen_by'][raw.VALIDATION][split_lib.BY_GROUP] > 0
   assert (split_lib.BY_DATA in made['chosen_by'][raw.TEST]) == named_test
+
+
+def test_a_group_flag_that_groups_no_record_publishes_nothing(
+    tmp_path, monkeypatch, capsys):
+  # An id the pattern never matches; a field every record leaves empty.
+  write_jsonl(tmp_path / 'in.jsonl', [{**row, 'none': None}
+                                      for row in grouped_rows()])
+  for flag in (r'--group_pattern=^movie(\d+)', '--group_field=none'):
+    status, stderr = main_in_process(
+        monkeypatch, capsys, preprocess.run, f'--input={tmp_path}/in.jsonl',
+        f'--output_dir={tmp_path}/out', flag)
+    assert status == cli.EXIT_JOB_ERROR, stderr
+    assert stderr.strip().splitlines()[-1].startswith(
+        f'error: {flag} gave none of the {GROUPS * PER_GROUP} records it was '
+        'to split a group')
+    assert not (tmp_path / 'out').exists()
 
 
 def test_a_bad_group_flag_exits_2_before_the_pipeline(
