@@ -128,6 +128,14 @@ class Parser(argparse.ArgumentParser):
     print(f'error: {message} (see --help)', file=sys.stderr)
     sys.exit(EXIT_USAGE)
 
+  def format_usage(self) -> str:
+    with _required_shown(self):
+      return super().format_usage()
+
+  def format_help(self) -> str:
+    with _required_shown(self):
+      return super().format_help()
+
   def flag_names(self) -> List[str]:
     """Every flag of this parser and of its subcommands."""
     names = []
@@ -222,12 +230,29 @@ def _required_checked_after(parser: Parser):
   required = [action for action in _actions(parser)
               if action.option_strings and action.required]
   for action in required:
-    action.required = False
+    action.required, action.shown_required = False, True
   try:
     yield required
   finally:
     for action in required:
       action.required = True
+
+
+@contextlib.contextmanager
+def _required_shown(parser: argparse.ArgumentParser):
+  """The flags ``_required_checked_after`` made optional shown required
+  again while ``--help`` (printed in the middle of parsing) or a usage line
+  is written."""
+  hidden = [action for action in _actions(parser)
+            if getattr(action, 'shown_required', False) and
+            not action.required]
+  for action in hidden:
+    action.required = True
+  try:
+    yield
+  finally:
+    for action in hidden:
+      action.required = False
 
 
 def parse(parser: Parser, argv: Optional[Sequence[str]],

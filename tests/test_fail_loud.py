@@ -54,6 +54,22 @@ def test_an_unknown_flag_ends_every_entry_point_naming_the_closest(module):
 
 
 @pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
+def test_help_shows_the_required_flags_as_required(module, capsys):
+  """Made optional while the flags are parsed (so that a misspelt one is
+  named as unknown), they are still shown required in --help's usage."""
+  required, _, _ = ENTRY_POINTS[module]
+  with pytest.raises(SystemExit) as exited:
+    importlib.import_module(module).run(
+        [word for word in required if not word.startswith('--')] + ['--help'])
+  assert exited.value.code == 0
+  usage = ' '.join(capsys.readouterr().out.split('\n\n')[0].split())
+  for flag in (word.split('=')[0] for word in required
+               if word.startswith('--')):
+    assert f' {flag} {flag[2:].upper()}' in usage, usage
+    assert f'[{flag} ' not in usage, usage
+
+
+@pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
 def test_a_misspelt_required_flag_is_named_with_the_closest(
     module, monkeypatch, capsys):
   """Misspelt, a required flag is an unknown one, named with the flag
