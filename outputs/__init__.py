@@ -42,18 +42,20 @@ def claim(files: Files, output_dir: str, *, layout: Layout,
           partition: str = '', overwrite: bool = False,
           input_pattern: str = '',
           reads: Optional[Callable[[str], bool]] = None,
-          beside: Optional[Callable[[str], None]] = None) -> StagedOutput:
+          beside: Optional[Callable[[str], None]] = None,
+          flag: str = '--output_dir') -> StagedOutput:
   """The staged output of a job that writes ``layout`` into
   ``output_dir`` (or its ``partition``), once every check of ``rules``
   passed (else an OutputError); publishing runs them all again. ``reads``:
   whether the job's input pattern reads a (resolved) path; ``beside``: the
   checks of the partitions beside this one, given the (resolved) root
-  (``partitions.check_beside``). Enter it to create the staging folder."""
+  (``partitions.check_beside``); ``flag``: how messages name the folder's
+  flag. Enter it to create the staging folder."""
   output = StagedOutput(files, output_dir, partition=partition,
                         publishes=layout.publishes,
                         check=lambda staging_dir: check(target, staging_dir))
   target = Target(files, output.root, output.final_dir, layout,
-                  '--output_dir', overwrite, input_pattern, reads,
+                  flag, overwrite, input_pattern, reads,
                   beside and (lambda: beside(output.root)))
   check(target, output.staging_dir)
   return output
