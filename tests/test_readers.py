@@ -312,6 +312,18 @@ def test_lone_surrogates_are_undecodable_text(tmp_path):
       (f'{parquet}:2', rejected.UNDECODABLE_TEXT)]
 
 
+def test_binary_ids_that_are_no_utf8_are_replaced_not_joined(tmp_path):
+  """Decoded with replacement characters, b'\\xff' and b'\\xfe' would both
+  be the id '\ufffd': two records of one id."""
+  parquet = tmp_path / 'data.parquet'
+  pq.write_table(pa.table({
+      'id': pa.array([b'\xff', b'\xfe', 'caf\u00e9'.encode()], pa.binary()),
+      'text': ['one', 'two', 'three'], 'label': ['a', 'b', 'c']}), parquet)
+  records = read(parquet)
+  assert [(r[raw.ID], r.get(raw.ID_REPLACED)) for r in records] == [
+      (f'{parquet}:0', True), (f'{parquet}:1', True), ('caf\u00e9', None)]
+
+
 def test_truncated_or_corrupt_gzip_is_one_corrupt_file_letter(tmp_path):
   lines = [json.dumps({'id': f'r{i:04}', 'text': f'row {i} ' + 'x' * 50})
            for i in range(2000)]

@@ -75,9 +75,13 @@ def label_of(value: Any) -> Optional[str]:
 def _id_text(value: Any) -> Optional[str]:
   """An id field's value as the record's id: a string as it is, a number or
   a boolean as its JSON text (12345.0 stays "12345.0"); None for what no id
-  can be (null, "", a lone surrogate, NaN, an object, an array)."""
+  can be (null, "", a lone surrogate, bytes that are no UTF-8, NaN, an
+  object, an array): two such ids, spelt alike, would name two records."""
   if isinstance(value, bytes):
-    value = value.decode('utf-8', 'replace')
+    try:
+      value = value.decode('utf-8')
+    except UnicodeDecodeError:
+      return None
   if isinstance(value, str):
     return value if value and not raw.has_surrogates(value) else None
   if isinstance(value, float) and not math.isfinite(value):
@@ -136,5 +140,10 @@ def _record(fields: Dict[str, Any], config: config_lib.ReadConfig,
     record[raw.KEPT] = kept
   if config.group_field:
     # An id's rules: a number is its JSON text, null or "" no group.
-    record[raw.GROUP] = _id_text(fields.get(config.group_field))
+    # Bytes that are no UTF-8 still group, spelt with replacement
+    # characters: two groups spelt alike are joined, never split.
+    group = fields.get(config.group_field)
+    if isinstance(group, bytes):
+      group = group.decode('utf-8', 'replace')
+    record[raw.GROUP] = _id_text(group)
   return record
